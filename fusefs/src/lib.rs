@@ -1,0 +1,1 @@
+//! hipfs-fusefs: the FUSE adapter.

@@ -1,0 +1,1 @@
+//! hipfs-rdma: moves bytes between hosts.

@@ -1,0 +1,1 @@
+//! hipfs: the hipFile API.
