@@ -1,1 +1,48 @@
-//! hipfs: the hipFile API.
+//! hipfs: the hipFile GPU-direct storage API in Rust, its C ABI, and the
+//! hipfs remote dataset filesystem.
+//!
+//! ```no_run
+//! use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
+//! let _drv = Driver::open()?;
+//! let mut fh = FileHandle::new("/data/shard-0", libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
+//! fh.open()?;
+//! let mut mem = vec![0u8; 64 << 20];
+//! let buf = Buffer::from_slice(&mut mem, 0);
+//! buf.register()?;
+//! let n = fh.read(&buf, 64 << 20, 0, 0)?;
+//! println!("read {n} bytes");
+//! # Ok::<(), hipfs::Error>(())
+//! ```
+
+pub mod buffer;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod gpu;
+pub mod handle;
+pub mod io;
+pub mod rdma_hooks;
+pub mod stats;
+pub mod userspace;
+
+pub use buffer::{Buffer, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
+pub use config::{BoolParam, DriverProperties, SizeTParam, StringParam};
+pub use driver::{
+    driver_close, driver_get_properties, driver_open, driver_set_max_cache_size,
+    driver_set_max_direct_io_size, driver_set_max_pinned_mem_size, driver_set_poll_mode,
+    get_parameter_bool, get_parameter_size, get_parameter_string, set_parameter_bool,
+    set_parameter_size, set_parameter_string, use_count, Driver,
+};
+pub use error::{op_error_string, Error, OpError, Result};
+pub use handle::{FileHandle, FileHandleType};
+pub use userspace::{UserspaceBuf, UserspaceFs};
+
+/// Library version (the hipFile 0.4 line).
+pub const VERSION_MAJOR: u32 = 0;
+pub const VERSION_MINOR: u32 = 4;
+pub const VERSION_PATCH: u32 = 0;
+
+/// `(major, minor, patch)` of the library.
+pub fn get_version() -> (u32, u32, u32) {
+    (VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH)
+}

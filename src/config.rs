@@ -1,0 +1,380 @@
+//! Driver properties and the parameter API (`hipFileGet/SetParameter*`).
+//!
+//! Parameters are staged: they can be set only while the driver is closed and
+//! take effect at the next open, when they are copied into the active
+//! [`Config`] that the I/O engine reads.
+
+use crate::error::{Error, OpError, Result};
+
+macro_rules! params {
+    ($ty:ident, $($name:ident),* $(,)?) => {
+        /// A parameter, with the C enumeration's ordinal.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum $ty { $($name,)* }
+        impl $ty {
+            /// Every parameter in ordinal order.
+            pub const ALL: &'static [$ty] = &[$($ty::$name,)*];
+            /// The parameter for a C ordinal.
+            pub fn from_ordinal(n: u32) -> Option<$ty> {
+                Self::ALL.get(n as usize).copied()
+            }
+            /// Its name without the `hipFileParam` prefix.
+            pub fn name(self) -> &'static str {
+                match self { $($ty::$name => stringify!($name),)* }
+            }
+        }
+    };
+}
+
+params!(
+    SizeTParam,
+    ProfileStats,
+    ExecutionMaxIOQueueDepth,
+    ExecutionMaxIOThreads,
+    ExecutionMinIOThresholdSizeKB,
+    ExecutionMaxRequestParallelism,
+    PropertiesMaxDirectIOSizeKB,
+    PropertiesMaxDeviceCacheSizeKB,
+    PropertiesPerBufferCacheSizeKB,
+    PropertiesMaxDevicePinnedMemSizeKB,
+    PropertiesIOBatchsize,
+    PollthresholdSizeKB,
+    PropertiesBatchIOTimeoutMs,
+);
+
+params!(
+    BoolParam,
+    PropertiesUsePollMode,
+    PropertiesAllowCompatMode,
+    ForceCompatMode,
+    FsMiscApiCheckAggressive,
+    ExecutionParallelIO,
+    ProfileNvtx,
+    PropertiesAllowSystemMemory,
+    UsePcip2pdma,
+    PreferIOUring,
+    ForceOdirectMode,
+    SkipTopologyDetection,
+    StreamMemopsBypass,
+);
+
+params!(StringParam, LoggingLevel, EnvLogfilePath, LogDir);
+
+/// Every tunable of the library. One copy is staged (what the parameter API
+/// edits), one is active (what the open driver uses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    sizes: [usize; 12],
+    bools: [bool; 12],
+    strings: [String; 3],
+    /// Comma-separated filesystem type names treated as not supporting O_DIRECT
+    /// (`HIPFILE_UNSUPPORTED_FILE_SYSTEMS`).
+    pub unsupported_filesystems: Vec<String>,
+    /// `HIPFILE_STATS_LEVEL` (0 = off).
+    pub stats_level: u32,
+    /// Whether to try the page cache (`preadv2(RWF_NOWAIT)`) before O_DIRECT on reads.
+    pub page_cache_probe: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+        Config {
+            sizes: [
+                0,              // ProfileStats
+                128,            // ExecutionMaxIOQueueDepth
+                threads.max(4), // ExecutionMaxIOThreads
+                1024,           // ExecutionMinIOThresholdSizeKB
+                threads.max(4), // ExecutionMaxRequestParallelism
+                16384,          // PropertiesMaxDirectIOSizeKB
+                131072,         // PropertiesMaxDeviceCacheSizeKB
+                1024,           // PropertiesPerBufferCacheSizeKB
+                33554432,       // PropertiesMaxDevicePinnedMemSizeKB
+                128,            // PropertiesIOBatchsize
+                4,              // PollthresholdSizeKB
+                5,              // PropertiesBatchIOTimeoutMs
+            ],
+            bools: [
+                false, // PropertiesUsePollMode
+                true,  // PropertiesAllowCompatMode
+                false, // ForceCompatMode
+                false, // FsMiscApiCheckAggressive
+                true,  // ExecutionParallelIO
+                false, // ProfileNvtx
+                true,  // PropertiesAllowSystemMemory
+                false, // UsePcip2pdma
+                false, // PreferIOUring
+                false, // ForceOdirectMode
+                false, // SkipTopologyDetection
+                false, // StreamMemopsBypass
+            ],
+            strings: ["ERROR".to_string(), String::new(), String::new()],
+            unsupported_filesystems: Vec::new(),
+            stats_level: 0,
+            page_cache_probe: true,
+        }
+    }
+}
+
+/// Parses a hipFile boolean: `true`/`false`, case-insensitive (also 1/0, yes/no, on/off).
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Some(true),
+        "false" | "0" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Config {
+    /// Defaults overlaid with the documented environment variables.
+    pub fn from_env() -> Config {
+        let mut c = Config::default();
+        c.apply_env(|k| std::env::var(k).ok());
+        c
+    }
+
+    /// Applies environment variables read through `get` (injectable for tests).
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) {
+        let bool_var = |name: &str| {
+            let v = get(name)?;
+            let parsed = parse_bool(&v);
+            if parsed.is_none() {
+                log::warn!("{name}={v:?} is not a boolean (true/false); ignored");
+            }
+            parsed
+        };
+        let size_var = |name: &str| {
+            let v = get(name)?;
+            match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    log::warn!("{name}={v:?} is not a positive integer; ignored");
+                    None
+                }
+            }
+        };
+        if let Some(b) = bool_var("HIPFILE_ALLOW_COMPAT_MODE") {
+            self.set_bool(BoolParam::PropertiesAllowCompatMode, b);
+        }
+        if let Some(b) = bool_var("HIPFILE_FORCE_COMPAT_MODE") {
+            self.set_bool(BoolParam::ForceCompatMode, b);
+        }
+        if let Some(v) = get("HIPFILE_STATS_LEVEL") {
+            self.stats_level = v.trim().parse().unwrap_or(0);
+        }
+        if let Some(v) = get("HIPFILE_UNSUPPORTED_FILE_SYSTEMS") {
+            self.unsupported_filesystems = v
+                .split([',', ' ', ':'])
+                .map(|s| s.trim().to_ascii_lowercase())
+                .filter(|s| !s.is_empty())
+                .collect();
+        }
+        if let Some(n) = size_var("HIPFS_IO_THREADS") {
+            self.set_size(SizeTParam::ExecutionMaxIOThreads, n);
+            self.set_size(SizeTParam::ExecutionMaxRequestParallelism, n);
+        }
+        if let Some(n) = size_var("HIPFS_CHUNK_KB") {
+            self.set_size(SizeTParam::PropertiesMaxDirectIOSizeKB, n);
+        }
+        if let Some(n) = size_var("HIPFS_PARALLEL_THRESHOLD_KB") {
+            self.set_size(SizeTParam::ExecutionMinIOThresholdSizeKB, n);
+        }
+        if let Some(b) = bool_var("HIPFS_PAGE_CACHE_PROBE") {
+            self.page_cache_probe = b;
+        }
+        if let Some(v) = get("HIPFILE_LOGGING_LEVEL") {
+            self.strings[StringParam::LoggingLevel as usize] = v;
+        }
+    }
+
+    /// A size parameter.
+    pub fn size(&self, p: SizeTParam) -> usize {
+        self.sizes[p as usize]
+    }
+
+    /// A boolean parameter.
+    pub fn get_bool(&self, p: BoolParam) -> bool {
+        self.bools[p as usize]
+    }
+
+    /// A string parameter.
+    pub fn string(&self, p: StringParam) -> &str {
+        &self.strings[p as usize]
+    }
+
+    /// Sets a size parameter (no open/closed rule here: see `driver`).
+    pub fn set_size(&mut self, p: SizeTParam, v: usize) {
+        self.sizes[p as usize] = v;
+    }
+
+    /// Sets a boolean parameter.
+    pub fn set_bool(&mut self, p: BoolParam, v: bool) {
+        self.bools[p as usize] = v;
+    }
+
+    /// Sets a string parameter; refuses strings with interior NULs or over 4 KiB.
+    pub fn set_string(&mut self, p: StringParam, v: &str) -> Result<()> {
+        if v.len() > 4096 || v.contains('\0') {
+            return Err(Error::new(
+                OpError::InvalidValue,
+                "string parameter must be at most 4096 bytes without NUL",
+            ));
+        }
+        self.strings[p as usize] = v.to_string();
+        Ok(())
+    }
+
+    /// Number of worker threads for one large request.
+    pub fn io_threads(&self) -> usize {
+        self.size(SizeTParam::ExecutionMaxIOThreads)
+            .min(self.size(SizeTParam::ExecutionMaxRequestParallelism))
+            .clamp(1, 256)
+    }
+
+    /// Bytes per chunk a worker moves at once.
+    pub fn chunk_bytes(&self) -> usize {
+        (self.size(SizeTParam::PropertiesMaxDirectIOSizeKB).clamp(4, 1 << 20)) * 1024
+    }
+
+    /// Requests at least this large are split across workers.
+    pub fn parallel_threshold(&self) -> usize {
+        self.size(SizeTParam::ExecutionMinIOThresholdSizeKB)
+            .saturating_mul(1024)
+    }
+
+    /// Whether the direct path is bypassed for everything.
+    pub fn force_compat(&self) -> bool {
+        self.get_bool(BoolParam::ForceCompatMode)
+    }
+
+    /// Whether falling back to buffered I/O is allowed.
+    pub fn allow_compat(&self) -> bool {
+        self.get_bool(BoolParam::PropertiesAllowCompatMode)
+    }
+}
+
+/// `hipFileDriverProps_t`, sizes in KiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DriverProperties {
+    pub major_version: u32,
+    pub minor_version: u32,
+    pub poll_thresh_size: u64,
+    pub max_direct_io_size: u64,
+    pub driver_status_flags: u32,
+    pub driver_control_flags: u32,
+    pub feature_flags: u32,
+    pub max_device_cache_size: u64,
+    pub per_buffer_cache_size: u64,
+    pub max_device_pinned_mem_size: u64,
+    pub max_batch_io_count: u32,
+    pub max_batch_io_timeout_msecs: u32,
+}
+
+/// Driver status flag bits (`hipFileDriverStatusFlags_t`).
+pub mod status_flags {
+    pub const LUSTRE: u32 = 0;
+    pub const WEKAFS: u32 = 1;
+    pub const NFS: u32 = 2;
+    pub const GPFS: u32 = 3;
+    pub const NVME: u32 = 4;
+    pub const NVMEOF: u32 = 5;
+    pub const SCSI: u32 = 6;
+    pub const SCALEFLUX_CSD: u32 = 7;
+    pub const NVMESH: u32 = 8;
+    pub const BEEGFS: u32 = 9;
+    pub const NVME_P2P: u32 = 11;
+    pub const SCATEFS: u32 = 12;
+}
+
+/// Control flag bits (`hipFileDriverControlFlags_t`).
+pub mod control_flags {
+    pub const USE_POLL_MODE: u32 = 0;
+    pub const ALLOW_COMPAT_MODE: u32 = 1;
+}
+
+/// Feature flag bits (`hipFileFeatureFlags_t`).
+pub mod feature_flags {
+    pub const DYN_ROUTING: u32 = 0;
+    pub const BATCH_IO: u32 = 1;
+    pub const STREAMS: u32 = 2;
+    pub const PARALLEL_IO: u32 = 3;
+}
+
+/// Maximum operations in flight per batch.
+pub const MAX_BATCH_IO_COUNT: u32 = 128;
+
+impl Config {
+    /// The properties this configuration gives.
+    pub fn properties(&self) -> DriverProperties {
+        let mut control = 0;
+        if self.get_bool(BoolParam::PropertiesUsePollMode) {
+            control |= 1 << control_flags::USE_POLL_MODE;
+        }
+        if self.allow_compat() {
+            control |= 1 << control_flags::ALLOW_COMPAT_MODE;
+        }
+        let mut features = (1 << feature_flags::BATCH_IO) | (1 << feature_flags::STREAMS);
+        if self.get_bool(BoolParam::ExecutionParallelIO) {
+            features |= 1 << feature_flags::PARALLEL_IO;
+        }
+        DriverProperties {
+            major_version: crate::VERSION_MAJOR,
+            minor_version: crate::VERSION_MINOR,
+            poll_thresh_size: self.size(SizeTParam::PollthresholdSizeKB) as u64,
+            max_direct_io_size: self.size(SizeTParam::PropertiesMaxDirectIOSizeKB) as u64,
+            driver_status_flags: (1 << status_flags::NVME) | (1 << status_flags::SCSI),
+            driver_control_flags: control,
+            feature_flags: features,
+            max_device_cache_size: self.size(SizeTParam::PropertiesMaxDeviceCacheSizeKB) as u64,
+            per_buffer_cache_size: self.size(SizeTParam::PropertiesPerBufferCacheSizeKB) as u64,
+            max_device_pinned_mem_size: self.size(SizeTParam::PropertiesMaxDevicePinnedMemSizeKB)
+                as u64,
+            max_batch_io_count: MAX_BATCH_IO_COUNT,
+            max_batch_io_timeout_msecs: self.size(SizeTParam::PropertiesBatchIOTimeoutMs) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_ordinals_follow_the_c_enumerations() {
+        assert_eq!(SizeTParam::ALL.len(), 12);
+        assert_eq!(BoolParam::ALL.len(), 12);
+        assert_eq!(StringParam::ALL.len(), 3);
+        assert_eq!(SizeTParam::PropertiesBatchIOTimeoutMs as u32, 11);
+        assert_eq!(BoolParam::StreamMemopsBypass as u32, 11);
+        assert_eq!(StringParam::from_ordinal(2), Some(StringParam::LogDir));
+        assert_eq!(StringParam::from_ordinal(3), None);
+    }
+
+    #[test]
+    fn compat_environment_variables_are_case_insensitive_booleans() {
+        let mut c = Config::default();
+        c.apply_env(|k| match k {
+            "HIPFILE_ALLOW_COMPAT_MODE" => Some("FALSE".into()),
+            "HIPFILE_FORCE_COMPAT_MODE" => Some("True".into()),
+            "HIPFILE_UNSUPPORTED_FILE_SYSTEMS" => Some("nfs, TMPFS".into()),
+            _ => None,
+        });
+        assert!(!c.allow_compat());
+        assert!(c.force_compat());
+        assert_eq!(c.unsupported_filesystems, vec!["nfs", "tmpfs"]);
+        let mut d = Config::default();
+        d.apply_env(|k| (k == "HIPFILE_FORCE_COMPAT_MODE").then(|| "maybe".into()));
+        assert!(!d.force_compat(), "a non-boolean is ignored");
+    }
+
+    #[test]
+    fn properties_reflect_the_configuration() {
+        let mut c = Config::default();
+        c.set_bool(BoolParam::PropertiesUsePollMode, true);
+        let p = c.properties();
+        assert_eq!(p.driver_control_flags & 1, 1);
+        assert_eq!(p.max_batch_io_count, 128);
+        assert_eq!(p.max_direct_io_size, 16384);
+    }
+}

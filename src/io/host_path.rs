@@ -1,0 +1,269 @@
+//! Host-memory destinations: cached pages are copied straight out of the page
+//! cache (`preadv2(RWF_NOWAIT)`), the rest goes O_DIRECT for the aligned
+//! middle and buffered for the unaligned edges, split across workers.
+
+use super::posix::{pread_full, pread_once, pwrite_full, AlignedBuf, PosixFile, Rw};
+use super::{run_chunks, Dir, Request};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::stats::{self, IoPath};
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+thread_local! {
+    static BOUNCE: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's aligned bounce buffer of at least `len` bytes.
+pub(crate) fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut AlignedBuf) -> T) -> Result<T> {
+    BOUNCE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.as_ref().is_none_or(|b| b.len() < len) {
+            *slot = Some(AlignedBuf::new(len, align)?);
+        }
+        match slot.as_mut() {
+            Some(b) => Ok(f(b)),
+            None => Err(Error::new(crate::OpError::InternalError, "bounce buffer missing")),
+        }
+    })
+}
+
+fn round_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+fn round_down(x: u64, a: u64) -> u64 {
+    x / a * a
+}
+
+fn sys(e: std::io::Error, what: &str) -> Error {
+    Error::system(e.raw_os_error().unwrap_or(libc::EIO), what)
+}
+
+/// Moves one request between host memory and the file.
+pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result<usize> {
+    let parallel = req.size >= config.parallel_threshold()
+        && config.get_bool(crate::config::BoolParam::ExecutionParallelIO);
+    let chunk = round_up(config.chunk_bytes() as u64, pf.offset_align as u64) as usize;
+    run_chunks(
+        req.file_offset,
+        req.size,
+        chunk,
+        config.io_threads(),
+        parallel,
+        &|_, off, len, m| {
+            let mem = (req.mem + m) as *mut u8;
+            // SAFETY: validate() checked mem..mem+size lies in the caller's
+            // buffer, and chunks are disjoint sub-ranges of it.
+            unsafe {
+                match req.dir {
+                    Dir::Read => read_range(pf, mem, len, off),
+                    Dir::Write => write_range(pf, mem, len, off),
+                }
+            }
+        },
+    )
+}
+
+/// Reads `[off, off+len)` into `dst`; returns bytes read (short at EOF).
+///
+/// # Safety
+/// `dst` must be valid for `len` writable bytes.
+pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+    let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
+    let Some(direct) = pf.direct_fd() else {
+        // SAFETY: forwarded caller guarantee.
+        let n = unsafe { pread_full(buffered, dst, len, off) }.map_err(|e| sys(e, "pread"))?;
+        stats::record_read(IoPath::Buffered, n);
+        return Ok(n);
+    };
+    let mut done = 0usize;
+    if pf.nowait_ok.load(Ordering::Relaxed) {
+        // Pages already in the page cache: one copy, no device I/O.
+        while done < len {
+            // SAFETY: dst+done..dst+len is inside the caller's range.
+            match unsafe { pread_once(buffered, dst.add(done), len - done, off + done as u64, true) } {
+                Ok(Rw::Done(0)) => {
+                    stats::record_read(IoPath::Buffered, done);
+                    return Ok(done);
+                }
+                Ok(Rw::Done(n)) => done += n,
+                Ok(Rw::WouldBlock) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    pf.nowait_ok.store(false, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) => return Err(sys(e, "preadv2")),
+            }
+        }
+        if done > 0 {
+            stats::record_read(IoPath::Buffered, done);
+        }
+        if done == len {
+            return Ok(done);
+        }
+    }
+    let start = off + done as u64;
+    let end = off + len as u64;
+    let align = pf.offset_align as u64;
+    let a = round_up(start, align).min(end);
+    let b = round_down(end, align).max(a);
+    let at = |x: u64| (x - off) as usize;
+    // Unaligned head: buffered.
+    if a > start {
+        let want = (a - start) as usize;
+        // SAFETY: inside the caller's range.
+        let n = unsafe { pread_full(buffered, dst.add(at(start)), want, start) }.map_err(|e| sys(e, "pread"))?;
+        stats::record_read(IoPath::Buffered, n);
+        done += n;
+        if n < want {
+            return Ok(done);
+        }
+    }
+    // Aligned middle: O_DIRECT.
+    if b > a {
+        let want = (b - a) as usize;
+        // SAFETY: inside the caller's range.
+        let n = unsafe { read_direct(pf, direct, buffered, dst.add(at(a)), want, a)? };
+        done += n;
+        if n < want {
+            return Ok(done);
+        }
+    }
+    // Unaligned tail: buffered.
+    if end > b {
+        let want = (end - b) as usize;
+        // SAFETY: inside the caller's range.
+        let n = unsafe { pread_full(buffered, dst.add(at(b)), want, b) }.map_err(|e| sys(e, "pread"))?;
+        stats::record_read(IoPath::Buffered, n);
+        done += n;
+    }
+    Ok(done)
+}
+
+/// O_DIRECT read of an aligned range, through a bounce buffer when `dst` is
+/// not aligned for DMA; falls back to buffered if the kernel refuses.
+unsafe fn read_direct(pf: &PosixFile, direct: i32, buffered: i32, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+    let aligned_mem = (dst as usize) % pf.mem_align == 0;
+    let r = if aligned_mem {
+        // SAFETY: caller's range.
+        unsafe { pread_full(direct, dst, len, off) }
+    } else {
+        with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
+            let mut done = 0usize;
+            while done < len {
+                let n = (len - done).min(bounce.len() / pf.offset_align * pf.offset_align);
+                // SAFETY: bounce holds at least n bytes.
+                let got = unsafe { pread_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
+                // SAFETY: dst+done..+got is inside the caller's range; bounce has got bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bounce.as_mut_ptr(), dst.add(done), got) };
+                done += got;
+                if got < n {
+                    break;
+                }
+            }
+            Ok::<usize, std::io::Error>(done)
+        })?
+    };
+    match r {
+        Ok(n) => {
+            stats::record_read(IoPath::Direct, n);
+            Ok(n)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            pf.disable_direct(&format!("O_DIRECT read refused ({e})"));
+            // SAFETY: caller's range.
+            let n = unsafe { pread_full(buffered, dst, len, off) }.map_err(|e| sys(e, "pread"))?;
+            stats::record_read(IoPath::Buffered, n);
+            Ok(n)
+        }
+        Err(e) => Err(sys(e, "O_DIRECT pread")),
+    }
+}
+
+/// Writes `[off, off+len)` from `src`; returns `len` or fails.
+///
+/// # Safety
+/// `src` must be valid for `len` readable bytes.
+pub(crate) unsafe fn write_range(pf: &PosixFile, src: *const u8, len: usize, off: u64) -> Result<usize> {
+    let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
+    let Some(direct) = pf.direct_fd() else {
+        // SAFETY: forwarded caller guarantee.
+        let n = unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
+        stats::record_write(IoPath::Buffered, n);
+        return Ok(n);
+    };
+    let end = off + len as u64;
+    let align = pf.offset_align as u64;
+    let a = round_up(off, align).min(end);
+    let b = round_down(end, align).max(a);
+    let at = |x: u64| (x - off) as usize;
+    let mut done = 0;
+    // Partial blocks go through the page cache, which keeps the rest of the
+    // block intact (the kernel reads it in first).
+    if a > off {
+        let want = (a - off) as usize;
+        // SAFETY: caller's range.
+        let n = unsafe { pwrite_full(buffered, src, want, off) }.map_err(|e| sys(e, "pwrite"))?;
+        stats::record_write(IoPath::Buffered, n);
+        done += n;
+        if n < want {
+            return Ok(done);
+        }
+    }
+    if b > a {
+        let want = (b - a) as usize;
+        // SAFETY: caller's range.
+        let n = unsafe { write_direct(pf, direct, buffered, src.add(at(a)), want, a)? };
+        done += n;
+        if n < want {
+            return Ok(done);
+        }
+    }
+    if end > b {
+        let want = (end - b) as usize;
+        // SAFETY: caller's range.
+        let n = unsafe { pwrite_full(buffered, src.add(at(b)), want, b) }.map_err(|e| sys(e, "pwrite"))?;
+        stats::record_write(IoPath::Buffered, n);
+        done += n;
+    }
+    Ok(done)
+}
+
+unsafe fn write_direct(pf: &PosixFile, direct: i32, buffered: i32, src: *const u8, len: usize, off: u64) -> Result<usize> {
+    let aligned_mem = (src as usize) % pf.mem_align == 0;
+    let r = if aligned_mem {
+        // SAFETY: caller's range.
+        unsafe { pwrite_full(direct, src, len, off) }
+    } else {
+        with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
+            let mut done = 0usize;
+            while done < len {
+                let n = (len - done).min(bounce.len() / pf.offset_align * pf.offset_align);
+                // SAFETY: src+done..+n is in the caller's range; bounce holds n bytes.
+                unsafe { std::ptr::copy_nonoverlapping(src.add(done), bounce.as_mut_ptr(), n) };
+                // SAFETY: bounce holds n initialised bytes.
+                let put = unsafe { pwrite_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
+                done += put;
+                if put < n {
+                    break;
+                }
+            }
+            Ok::<usize, std::io::Error>(done)
+        })?
+    };
+    match r {
+        Ok(n) => {
+            stats::record_write(IoPath::Direct, n);
+            Ok(n)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            pf.disable_direct(&format!("O_DIRECT write refused ({e})"));
+            // SAFETY: caller's range.
+            let n = unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
+            stats::record_write(IoPath::Buffered, n);
+            Ok(n)
+        }
+        Err(e) => Err(sys(e, "O_DIRECT pwrite")),
+    }
+}

@@ -1,0 +1,137 @@
+//! Per-path counters: which path moved every byte. Process-wide, lock-free.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The data paths bytes can take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoPath {
+    /// O_DIRECT into the destination (or its aligned bounce).
+    Direct,
+    /// Through the page cache (`pread`/`pwrite`, including page-cache hits).
+    Buffered,
+    /// Through host bounce buffers and a GPU copy.
+    Staged,
+    /// From or to a remote server (UserspaceFs).
+    Remote,
+}
+
+const PATHS: [IoPath; 4] = [IoPath::Direct, IoPath::Buffered, IoPath::Staged, IoPath::Remote];
+
+struct Counter {
+    read_bytes: AtomicU64,
+    read_ops: AtomicU64,
+    write_bytes: AtomicU64,
+    write_ops: AtomicU64,
+}
+
+impl Counter {
+    const fn new() -> Counter {
+        Counter {
+            read_bytes: AtomicU64::new(0),
+            read_ops: AtomicU64::new(0),
+            write_bytes: AtomicU64::new(0),
+            write_ops: AtomicU64::new(0),
+        }
+    }
+}
+
+static COUNTERS: [Counter; 4] = [Counter::new(), Counter::new(), Counter::new(), Counter::new()];
+static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+fn slot(path: IoPath) -> &'static Counter {
+    &COUNTERS[path as usize]
+}
+
+/// Records bytes read through a path (one operation).
+pub fn record_read(path: IoPath, bytes: usize) {
+    let c = slot(path);
+    c.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    c.read_ops.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Records bytes written through a path (one operation).
+pub fn record_write(path: IoPath, bytes: usize) {
+    let c = slot(path);
+    c.write_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    c.write_ops.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Records that a handle fell back from its preferred path.
+pub fn record_fallback() {
+    FALLBACKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counters of one path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathStats {
+    pub read_bytes: u64,
+    pub read_ops: u64,
+    pub write_bytes: u64,
+    pub write_ops: u64,
+}
+
+/// A snapshot of every counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub direct: PathStats,
+    pub buffered: PathStats,
+    pub staged: PathStats,
+    pub remote: PathStats,
+    pub fallbacks: u64,
+}
+
+impl Stats {
+    /// The counters of one path.
+    pub fn path(&self, p: IoPath) -> PathStats {
+        match p {
+            IoPath::Direct => self.direct,
+            IoPath::Buffered => self.buffered,
+            IoPath::Staged => self.staged,
+            IoPath::Remote => self.remote,
+        }
+    }
+}
+
+/// Reads every counter.
+pub fn snapshot() -> Stats {
+    let get = |p: IoPath| {
+        let c = slot(p);
+        PathStats {
+            read_bytes: c.read_bytes.load(Ordering::Relaxed),
+            read_ops: c.read_ops.load(Ordering::Relaxed),
+            write_bytes: c.write_bytes.load(Ordering::Relaxed),
+            write_ops: c.write_ops.load(Ordering::Relaxed),
+        }
+    };
+    Stats {
+        direct: get(IoPath::Direct),
+        buffered: get(IoPath::Buffered),
+        staged: get(IoPath::Staged),
+        remote: get(IoPath::Remote),
+        fallbacks: FALLBACKS.load(Ordering::Relaxed),
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<10} {:>16} {:>10} {:>16} {:>10}",
+            "path", "read bytes", "read ops", "write bytes", "write ops"
+        )?;
+        for p in PATHS {
+            let s = self.path(p);
+            writeln!(
+                f,
+                "{:<10} {:>16} {:>10} {:>16} {:>10}",
+                format!("{p:?}").to_lowercase(),
+                s.read_bytes,
+                s.read_ops,
+                s.write_bytes,
+                s.write_ops
+            )?;
+        }
+        write!(f, "fallbacks  {}", self.fallbacks)
+    }
+}
