@@ -1,1 +1,299 @@
-//! hipfs-rdma: moves bytes between hosts.
+//! hipfs-rdma: moves bytes between hosts. Knows nothing about files.
+//!
+//! One interface, two transports:
+//! - **verbs**: ibverbs RC queue pairs set up with the RDMA connection
+//!   manager; control messages are SEND/RECV, data moves with one-sided
+//!   RDMA WRITE / READ into memory the peer registered.
+//! - **tcp**: the same semantics over several TCP streams; one-sided
+//!   operations are frames that the peer's reader threads apply to its
+//!   registered regions (read straight from the socket into the region).
+//!
+//! A [`Connection`] has `lanes` QPs or TCP streams. Control messages are
+//! reliable and ordered; one-sided operations may be issued from many
+//! threads at once and large ones are striped across the lanes.
+//!
+//! **Ordering.** Once [`Connection::write_remote`] has returned on side A
+//! and A then [`Connection::send`]s a message, B's region holds the written
+//! bytes before B's [`Connection::recv`] returns that message.
+//!
+//! **Confinement.** A one-sided operation can only touch memory the peer
+//! registered on that connection; a wrong or stale key, or a range outside
+//! the region, fails on the issuing side (and over TCP is also refused and
+//! logged by the applying side); nothing is written elsewhere.
+//!
+//! ```no_run
+//! use hipfs_rdma::{connect, TransportConfig};
+//! let conn = connect("10.0.0.2:7471", &TransportConfig::default())?;
+//! conn.send(b"hello")?;
+//! let reply = conn.recv(std::time::Duration::from_secs(5))?;
+//! # Ok::<(), hipfs_rdma::Error>(())
+//! ```
+
+pub mod bench;
+mod descriptor;
+mod error;
+mod region;
+pub mod tcp;
+pub mod verbs;
+
+use std::fmt;
+use std::os::fd::RawFd;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use descriptor::{DescriptorTransport, RemoteDescriptor};
+pub use error::{Error, Result};
+pub use region::LocalRegion;
+
+/// Which transport to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TransportKind {
+    /// Verbs when this host has an RDMA device, else TCP. A listener with
+    /// `Auto` on a host with a device accepts both kinds; a connect with
+    /// `Auto` tries verbs first and falls back to TCP.
+    #[default]
+    Auto,
+    /// ibverbs only; [`Error::NoDevice`] without a device.
+    Verbs,
+    /// TCP only.
+    Tcp,
+}
+
+impl FromStr for TransportKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(TransportKind::Auto),
+            "verbs" | "rdma" | "ib" => Ok(TransportKind::Verbs),
+            "tcp" => Ok(TransportKind::Tcp),
+            other => Err(Error::Parse {
+                what: "transport kind",
+                why: format!("'{other}' is not one of auto, verbs, tcp"),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransportKind::Auto => "auto",
+            TransportKind::Verbs => "verbs",
+            TransportKind::Tcp => "tcp",
+        })
+    }
+}
+
+/// Settings of a connection. Both sides should use the same `lanes`; the
+/// connecting side's value wins (the listener adopts it).
+#[derive(Debug, Clone)]
+pub struct TransportConfig {
+    /// Transport selection.
+    pub kind: TransportKind,
+    /// Queue pairs (verbs) or TCP streams per connection; 1..=64.
+    pub lanes: usize,
+    /// Largest control message `send` accepts (and `recv` can return).
+    pub max_message: usize,
+    /// Deadline on every blocking wait (connect, one-sided ops, credits).
+    pub op_timeout: Duration,
+    /// Stripe unit: one-sided transfers larger than this are split into
+    /// pieces of this size spread over the lanes.
+    pub chunk_size: usize,
+    /// Receive buffers (= send credits) posted per verbs lane.
+    pub recv_credits: usize,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            kind: TransportKind::Auto,
+            lanes: 4,
+            max_message: 64 * 1024,
+            op_timeout: Duration::from_secs(30),
+            chunk_size: 1 << 20,
+            recv_credits: 16,
+        }
+    }
+}
+
+impl TransportConfig {
+    /// Rejects settings no transport can honour.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(m));
+        if self.lanes == 0 || self.lanes > 64 {
+            return bad(format!("lanes must be 1..=64, got {}", self.lanes));
+        }
+        if self.max_message == 0 || self.max_message > (1 << 30) {
+            return bad(format!(
+                "max_message must be 1..=1 GiB, got {}",
+                self.max_message
+            ));
+        }
+        if self.chunk_size < 4096 || self.chunk_size > (1 << 30) {
+            return bad(format!(
+                "chunk_size must be 4 KiB..=1 GiB, got {}",
+                self.chunk_size
+            ));
+        }
+        if self.recv_credits < 2 || self.recv_credits > 4096 {
+            return bad(format!(
+                "recv_credits must be 2..=4096, got {}",
+                self.recv_credits
+            ));
+        }
+        if self.op_timeout.is_zero() {
+            return bad("op_timeout must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// One connection between two hosts. All methods take `&self` and may be
+/// called from many threads at once.
+pub trait Connection: Send + Sync {
+    /// The transport actually in use (never `Auto`).
+    fn kind(&self) -> TransportKind;
+
+    /// Address of the peer, for logs.
+    fn peer_addr(&self) -> String;
+
+    /// Sends a control message (reliable, ordered, at most
+    /// `max_message` bytes). May block for flow control, up to `op_timeout`.
+    fn send(&self, msg: &[u8]) -> Result<()>;
+
+    /// The next control message, or [`Error::Timeout`] after `timeout`, or
+    /// [`Error::Disconnected`] once the connection is gone.
+    fn recv(&self, timeout: Duration) -> Result<Vec<u8>>;
+
+    /// Registers `len` bytes at `ptr` (host memory, or GPU memory through a
+    /// peer-memory driver on verbs) so the peer may access them and so they
+    /// can be the local side of `write_remote` / `read_remote`. Registering
+    /// the same range again while the region is alive returns the same
+    /// region.
+    ///
+    /// # Safety
+    /// `[ptr, ptr+len)` must be valid, writable memory that stays allocated
+    /// until the returned region (all its clones) is dropped; the peer and
+    /// this side's one-sided operations read and write it concurrently with
+    /// the caller, who must not rely on its contents while they run.
+    unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<Arc<LocalRegion>>;
+
+    /// Registers a dmabuf (exported by a GPU runtime): `len` bytes at
+    /// `offset` in the buffer, addressed as `iova` in descriptors. Verbs
+    /// only; TCP returns [`Error::Unsupported`].
+    ///
+    /// # Safety
+    /// `fd` must be a dmabuf that stays valid until the region is dropped.
+    unsafe fn register_dmabuf(
+        &self,
+        fd: RawFd,
+        offset: u64,
+        len: usize,
+        iova: u64,
+    ) -> Result<Arc<LocalRegion>>;
+
+    /// Copies `len` bytes from `local[local_off..]` into the peer's region
+    /// `remote` at `remote_off` (RDMA WRITE). Returns once the bytes are
+    /// placed in the peer's memory.
+    fn write_remote(
+        &self,
+        local: &LocalRegion,
+        local_off: usize,
+        len: usize,
+        remote: &RemoteDescriptor,
+        remote_off: u64,
+    ) -> Result<()>;
+
+    /// Copies `len` bytes from the peer's region `remote` at `remote_off`
+    /// into `local[local_off..]` (RDMA READ). Returns once they are here.
+    fn read_remote(
+        &self,
+        local: &LocalRegion,
+        local_off: usize,
+        len: usize,
+        remote: &RemoteDescriptor,
+        remote_off: u64,
+    ) -> Result<()>;
+
+    /// Closes the connection: pending and later operations on both sides
+    /// fail with [`Error::Disconnected`]. Idempotent.
+    fn close(&self);
+}
+
+/// Accepts connections.
+pub trait Listener: Send + Sync {
+    /// Waits for the next connection (all its lanes established).
+    fn accept(&self) -> Result<Box<dyn Connection>>;
+    /// The address it listens on (`ip:port`, port resolved if 0 was asked).
+    fn local_addr(&self) -> String;
+    /// Stops listening; a blocked and every later `accept` returns
+    /// [`Error::Disconnected`].
+    fn close(&self);
+}
+
+/// Listens on `addr` (`ip:port`; port 0 picks one).
+pub fn listen(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Listener>> {
+    cfg.validate()?;
+    match cfg.kind {
+        TransportKind::Tcp => Ok(Box::new(tcp::TcpListener::bind(addr, cfg)?)),
+        TransportKind::Verbs => {
+            if devices()?.is_empty() {
+                return Err(Error::NoDevice);
+            }
+            Ok(Box::new(verbs::VerbsListener::bind(addr, cfg)?))
+        }
+        TransportKind::Auto => {
+            if devices()?.is_empty() {
+                Ok(Box::new(tcp::TcpListener::bind(addr, cfg)?))
+            } else {
+                Ok(Box::new(verbs::DualListener::bind(addr, cfg)?))
+            }
+        }
+    }
+}
+
+/// Connects to a listener at `addr` (`host:port`).
+pub fn connect(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Connection>> {
+    cfg.validate()?;
+    match cfg.kind {
+        TransportKind::Tcp => Ok(Box::new(tcp::TcpConnection::connect(addr, cfg)?)),
+        TransportKind::Verbs => {
+            if devices()?.is_empty() {
+                return Err(Error::NoDevice);
+            }
+            Ok(Box::new(verbs::VerbsConnection::connect(addr, cfg)?))
+        }
+        TransportKind::Auto => {
+            if !devices()?.is_empty() {
+                match verbs::VerbsConnection::connect(addr, cfg) {
+                    Ok(c) => return Ok(Box::new(c)),
+                    Err(e) => {
+                        log::info!("verbs connect to {addr} failed ({e}); falling back to tcp")
+                    }
+                }
+            }
+            Ok(Box::new(tcp::TcpConnection::connect(addr, cfg)?))
+        }
+    }
+}
+
+/// An RDMA device of this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device name, e.g. `mlx5_0` or `rxe0`.
+    pub name: String,
+    /// Node GUID (host byte order).
+    pub guid: u64,
+    /// Whether port 1 is ACTIVE.
+    pub port_active: bool,
+    /// `Ethernet` (RoCE) or `InfiniBand`.
+    pub link_layer: String,
+}
+
+/// The RDMA devices of this host. An empty list (not an error) when there
+/// are none, including when libibverbs reports ENOSYS because the kernel
+/// has no RDMA support.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    verbs::devices()
+}
