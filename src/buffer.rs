@@ -196,7 +196,12 @@ impl<'a> Buffer<'a> {
         }
         match buf_deregister(self.ptr) {
             // The driver closed to zero and already dropped the registration.
-            Err(e) if matches!(e.op(), OpError::DriverClosing | OpError::MemoryNotRegistered) => {
+            Err(e)
+                if matches!(
+                    e.op(),
+                    OpError::DriverClosing | OpError::MemoryNotRegistered
+                ) =>
+            {
                 Ok(())
             }
             other => other,

@@ -234,7 +234,10 @@ impl Config {
 
     /// Bytes per chunk a worker moves at once.
     pub fn chunk_bytes(&self) -> usize {
-        (self.size(SizeTParam::PropertiesMaxDirectIOSizeKB).clamp(4, 1 << 20)) * 1024
+        (self
+            .size(SizeTParam::PropertiesMaxDirectIOSizeKB)
+            .clamp(4, 1 << 20))
+            * 1024
     }
 
     /// Requests at least this large are split across workers.

@@ -235,10 +235,7 @@ mod tests {
         assert_eq!(OpError::from_code(5032), None);
         assert_eq!(op_error_string(5032), "Unknown hipFile error");
         assert_eq!(op_error_string(0), "hipFile success");
-        assert_eq!(
-            OpError::BatchFull.as_str(),
-            "Batch operation queue is full"
-        );
+        assert_eq!(OpError::BatchFull.as_str(), "Batch operation queue is full");
         for op in OpError::ALL {
             assert_eq!(OpError::from_code(op.code()), Some(*op));
         }
@@ -248,7 +245,10 @@ mod tests {
     fn display_includes_the_code_string() {
         let e = Error::new(OpError::InvalidValue, "buffer is null");
         let s = e.to_string();
-        assert!(s.contains("One or more arguments have an invalid value"), "{s}");
+        assert!(
+            s.contains("One or more arguments have an invalid value"),
+            "{s}"
+        );
         assert!(s.contains("buffer is null"));
         let g = Error::gpu(700, "copy");
         assert!(g.to_string().contains("700"));

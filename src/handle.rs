@@ -204,9 +204,8 @@ impl FileHandle {
                 "OpaqueWin32 handles are not implemented",
             ));
         }
-        let cpath = CString::new(self.path.as_os_str().as_bytes()).map_err(|_| {
-            Error::new(OpError::InvalidValue, "path contains a NUL byte")
-        })?;
+        let cpath = CString::new(self.path.as_os_str().as_bytes())
+            .map_err(|_| Error::new(OpError::InvalidValue, "path contains a NUL byte"))?;
         // SAFETY: cpath is a valid NUL-terminated string; open has no other preconditions.
         let raw = unsafe { libc::open(cpath.as_ptr(), self.flags | libc::O_CLOEXEC, self.mode) };
         if raw < 0 {
@@ -250,7 +249,13 @@ impl FileHandle {
     ) -> Result<usize> {
         let file = self.registered()?;
         check_buffer_range(buffer, size, buffer_offset)?;
-        crate::io::read(&file, buffer.ptr() as usize, size, file_offset, buffer_offset)
+        crate::io::read(
+            &file,
+            buffer.ptr() as usize,
+            size,
+            file_offset,
+            buffer_offset,
+        )
     }
 
     /// Writes `size` bytes from `buffer` at `buffer_offset` to `file_offset`.
@@ -263,7 +268,13 @@ impl FileHandle {
     ) -> Result<usize> {
         let file = self.registered()?;
         check_buffer_range(buffer, size, buffer_offset)?;
-        crate::io::write(&file, buffer.ptr() as usize, size, file_offset, buffer_offset)
+        crate::io::write(
+            &file,
+            buffer.ptr() as usize,
+            size,
+            file_offset,
+            buffer_offset,
+        )
     }
 
     /// The path given at construction.

@@ -14,7 +14,10 @@
 //! # Ok::<(), hipfs::Error>(())
 //! ```
 
+pub mod batch;
 pub mod buffer;
+pub mod capi;
+pub mod cli;
 pub mod config;
 pub mod driver;
 pub mod error;
@@ -23,8 +26,10 @@ pub mod handle;
 pub mod io;
 pub mod rdma_hooks;
 pub mod stats;
+pub mod stream;
 pub mod userspace;
 
+pub use batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
 pub use buffer::{Buffer, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
 pub use config::{BoolParam, DriverProperties, SizeTParam, StringParam};
 pub use driver::{
@@ -35,6 +40,11 @@ pub use driver::{
 };
 pub use error::{op_error_string, Error, OpError, Result};
 pub use handle::{FileHandle, FileHandleType};
+pub use stream::{
+    stream_deregister, stream_register, AsyncArgs, STREAM_FIXED_BUF_OFFSET,
+    STREAM_FIXED_FILE_OFFSET, STREAM_FIXED_FILE_SIZE, STREAM_FLAGS_MASK,
+    STREAM_PAGE_ALIGNED_INPUTS,
+};
 pub use userspace::{UserspaceBuf, UserspaceFs};
 
 /// Library version (the hipFile 0.4 line).
@@ -45,4 +55,9 @@ pub const VERSION_PATCH: u32 = 0;
 /// `(major, minor, patch)` of the library.
 pub fn get_version() -> (u32, u32, u32) {
     (VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH)
+}
+
+/// Number of RDMA (verbs) devices on this host; 0 where there are none.
+pub fn rdma_device_count() -> usize {
+    hipfs_rdma::devices().map_or(0, |d| d.len())
 }

@@ -16,7 +16,12 @@ pub enum IoPath {
     Remote,
 }
 
-const PATHS: [IoPath; 4] = [IoPath::Direct, IoPath::Buffered, IoPath::Staged, IoPath::Remote];
+const PATHS: [IoPath; 4] = [
+    IoPath::Direct,
+    IoPath::Buffered,
+    IoPath::Staged,
+    IoPath::Remote,
+];
 
 struct Counter {
     read_bytes: AtomicU64,
@@ -36,7 +41,12 @@ impl Counter {
     }
 }
 
-static COUNTERS: [Counter; 4] = [Counter::new(), Counter::new(), Counter::new(), Counter::new()];
+static COUNTERS: [Counter; 4] = [
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+    Counter::new(),
+];
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
 fn slot(path: IoPath) -> &'static Counter {

@@ -50,6 +50,137 @@ pub trait GpuRuntime: Send + Sync {
     fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()>;
     /// Waits until everything enqueued on `stream` has run.
     fn stream_synchronize(&self, stream: usize) -> Result<()>;
+
+    // What follows is what the pipelined bounce path and the GPU tests need.
+    // The defaults say "not here", which is right for the host runtime.
+
+    /// Like [`GpuRuntime::pointer_info`], but a pointer the runtime knows and
+    /// hipFile cannot use is an error (`HipMemoryTypeInvalid`).
+    fn check_pointer(&self, ptr: usize) -> Result<Option<PointerInfo>> {
+        Ok(self.pointer_info(ptr))
+    }
+    /// Makes `device` the calling thread's device until the guard drops
+    /// (which restores what was current before).
+    fn bind(&self, device: i32) -> Result<DeviceGuard> {
+        let _ = device;
+        Err(no_gpu())
+    }
+    /// `len` bytes of pinned host memory usable by every device.
+    fn alloc_pinned(&self, len: usize) -> Result<usize> {
+        let _ = len;
+        Err(no_gpu())
+    }
+    /// Frees what [`GpuRuntime::alloc_pinned`] returned.
+    fn free_pinned(&self, ptr: usize) {
+        let _ = ptr;
+    }
+    /// Pins (page-locks) existing host memory for DMA.
+    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+        let _ = (ptr, len);
+        Err(no_gpu())
+    }
+    /// Undoes [`GpuRuntime::register_host`].
+    fn unregister_host(&self, ptr: usize) {
+        let _ = ptr;
+    }
+    /// A new non-blocking stream on `device` (the device must be bound).
+    fn stream_create(&self, device: i32) -> Result<usize> {
+        let _ = device;
+        Err(no_gpu())
+    }
+    /// Destroys a stream made by [`GpuRuntime::stream_create`].
+    fn stream_destroy(&self, stream: usize) {
+        let _ = stream;
+    }
+    /// Enqueues a host-to-device copy on `stream`.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged for `len` bytes until the copy is
+    /// known complete (event or stream synchronisation); `dst..dst+len` must
+    /// be device memory of the stream's device.
+    unsafe fn copy_to_device_async(&self, dst: usize, src: *const u8, len: usize, stream: usize) -> Result<()> {
+        let _ = (dst, src, len, stream);
+        Err(no_gpu())
+    }
+    /// Enqueues a device-to-host copy on `stream`.
+    ///
+    /// # Safety
+    /// `dst` must stay valid and untouched for `len` bytes until the copy is
+    /// known complete.
+    unsafe fn copy_from_device_async(&self, dst: *mut u8, src: usize, len: usize, stream: usize) -> Result<()> {
+        let _ = (dst, src, len, stream);
+        Err(no_gpu())
+    }
+    /// A new event (no timing) on the bound device.
+    fn event_create(&self) -> Result<usize> {
+        Err(no_gpu())
+    }
+    /// Records `event` at the current end of `stream`.
+    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
+        let _ = (event, stream);
+        Err(no_gpu())
+    }
+    /// Waits until `event` has completed (immediately if never recorded).
+    fn event_synchronize(&self, event: usize) -> Result<()> {
+        let _ = event;
+        Err(no_gpu())
+    }
+    /// Destroys an event.
+    fn event_destroy(&self, event: usize) {
+        let _ = event;
+    }
+    /// `len` bytes of device memory on `device` (tests and benchmarks).
+    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+        let _ = (device, len);
+        Err(no_gpu())
+    }
+    /// Frees what [`GpuRuntime::device_alloc`] returned.
+    fn device_free(&self, ptr: usize) {
+        let _ = ptr;
+    }
+    /// Sets `len` bytes of device memory to `byte`.
+    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+        let _ = (ptr, byte, len);
+        Err(no_gpu())
+    }
+    /// The vendor's peer-to-peer file read straight into device memory
+    /// (AMD's `hipAmdFileRead`), where the runtime has one.
+    fn p2p_file_io(&self) -> Option<&dyn P2pFileIo> {
+        None
+    }
+}
+
+/// A runtime's file-to-device DMA without a host bounce.
+pub trait P2pFileIo: Send + Sync {
+    /// Reads `len` bytes at `offset` of the O_DIRECT `fd` into device memory.
+    /// `Ok(None)` means "this runtime cannot do it here; use the bounce path".
+    fn read(&self, fd: i32, dev: usize, len: usize, offset: u64) -> Result<Option<usize>>;
+    /// Writes `len` bytes of device memory to the O_DIRECT `fd` at `offset`.
+    fn write(&self, fd: i32, dev: usize, len: usize, offset: u64) -> Result<Option<usize>>;
+}
+
+/// Restores the thread's previous device context when dropped.
+pub struct DeviceGuard {
+    restore: Option<Box<dyn FnOnce()>>,
+}
+
+impl DeviceGuard {
+    /// A guard that runs `restore` on drop (`None`: nothing to undo).
+    pub fn new(restore: Option<Box<dyn FnOnce()>>) -> DeviceGuard {
+        DeviceGuard { restore }
+    }
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        if let Some(f) = self.restore.take() {
+            f();
+        }
+    }
+}
+
+fn no_gpu() -> Error {
+    Error::new(OpError::DeviceNotFound, "no GPU runtime is active")
 }
 
 static RUNTIME: OnceLock<Box<dyn GpuRuntime>> = OnceLock::new();
@@ -137,7 +268,7 @@ pub fn validate_range(ptr: usize, len: usize) -> Result<PointerInfo> {
     let end = ptr
         .checked_add(len)
         .ok_or_else(|| Error::new(OpError::HipPointerRangeError, "pointer + length overflows"))?;
-    match runtime().pointer_info(ptr) {
+    match runtime().check_pointer(ptr)? {
         Some(info) => {
             if end > info.base.saturating_add(info.size) {
                 return Err(Error::new(

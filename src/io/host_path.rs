@@ -15,7 +15,11 @@ thread_local! {
 }
 
 /// Runs `f` with this thread's aligned bounce buffer of at least `len` bytes.
-pub(crate) fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut AlignedBuf) -> T) -> Result<T> {
+pub(crate) fn with_bounce<T>(
+    len: usize,
+    align: usize,
+    f: impl FnOnce(&mut AlignedBuf) -> T,
+) -> Result<T> {
     BOUNCE.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.as_ref().is_none_or(|b| b.len() < len) {
@@ -23,7 +27,10 @@ pub(crate) fn with_bounce<T>(len: usize, align: usize, f: impl FnOnce(&mut Align
         }
         match slot.as_mut() {
             Some(b) => Ok(f(b)),
-            None => Err(Error::new(crate::OpError::InternalError, "bounce buffer missing")),
+            None => Err(Error::new(
+                crate::OpError::InternalError,
+                "bounce buffer missing",
+            )),
         }
     })
 }
@@ -69,7 +76,12 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
 ///
 /// # Safety
 /// `dst` must be valid for `len` writable bytes.
-pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+pub(crate) unsafe fn read_range(
+    pf: &PosixFile,
+    dst: *mut u8,
+    len: usize,
+    off: u64,
+) -> Result<usize> {
     let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
     let Some(direct) = pf.direct_fd() else {
         // SAFETY: forwarded caller guarantee.
@@ -82,7 +94,9 @@ pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u
         // Pages already in the page cache: one copy, no device I/O.
         while done < len {
             // SAFETY: dst+done..dst+len is inside the caller's range.
-            match unsafe { pread_once(buffered, dst.add(done), len - done, off + done as u64, true) } {
+            match unsafe {
+                pread_once(buffered, dst.add(done), len - done, off + done as u64, true)
+            } {
                 Ok(Rw::Done(0)) => {
                     stats::record_read(IoPath::Buffered, done);
                     return Ok(done);
@@ -113,7 +127,8 @@ pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u
     if a > start {
         let want = (a - start) as usize;
         // SAFETY: inside the caller's range.
-        let n = unsafe { pread_full(buffered, dst.add(at(start)), want, start) }.map_err(|e| sys(e, "pread"))?;
+        let n = unsafe { pread_full(buffered, dst.add(at(start)), want, start) }
+            .map_err(|e| sys(e, "pread"))?;
         stats::record_read(IoPath::Buffered, n);
         done += n;
         if n < want {
@@ -134,7 +149,8 @@ pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u
     if end > b {
         let want = (end - b) as usize;
         // SAFETY: inside the caller's range.
-        let n = unsafe { pread_full(buffered, dst.add(at(b)), want, b) }.map_err(|e| sys(e, "pread"))?;
+        let n = unsafe { pread_full(buffered, dst.add(at(b)), want, b) }
+            .map_err(|e| sys(e, "pread"))?;
         stats::record_read(IoPath::Buffered, n);
         done += n;
     }
@@ -143,7 +159,14 @@ pub(crate) unsafe fn read_range(pf: &PosixFile, dst: *mut u8, len: usize, off: u
 
 /// O_DIRECT read of an aligned range, through a bounce buffer when `dst` is
 /// not aligned for DMA; falls back to buffered if the kernel refuses.
-unsafe fn read_direct(pf: &PosixFile, direct: i32, buffered: i32, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+unsafe fn read_direct(
+    pf: &PosixFile,
+    direct: i32,
+    buffered: i32,
+    dst: *mut u8,
+    len: usize,
+    off: u64,
+) -> Result<usize> {
     let aligned_mem = (dst as usize) % pf.mem_align == 0;
     let r = if aligned_mem {
         // SAFETY: caller's range.
@@ -185,7 +208,12 @@ unsafe fn read_direct(pf: &PosixFile, direct: i32, buffered: i32, dst: *mut u8, 
 ///
 /// # Safety
 /// `src` must be valid for `len` readable bytes.
-pub(crate) unsafe fn write_range(pf: &PosixFile, src: *const u8, len: usize, off: u64) -> Result<usize> {
+pub(crate) unsafe fn write_range(
+    pf: &PosixFile,
+    src: *const u8,
+    len: usize,
+    off: u64,
+) -> Result<usize> {
     let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
     let Some(direct) = pf.direct_fd() else {
         // SAFETY: forwarded caller guarantee.
@@ -223,14 +251,22 @@ pub(crate) unsafe fn write_range(pf: &PosixFile, src: *const u8, len: usize, off
     if end > b {
         let want = (end - b) as usize;
         // SAFETY: caller's range.
-        let n = unsafe { pwrite_full(buffered, src.add(at(b)), want, b) }.map_err(|e| sys(e, "pwrite"))?;
+        let n = unsafe { pwrite_full(buffered, src.add(at(b)), want, b) }
+            .map_err(|e| sys(e, "pwrite"))?;
         stats::record_write(IoPath::Buffered, n);
         done += n;
     }
     Ok(done)
 }
 
-unsafe fn write_direct(pf: &PosixFile, direct: i32, buffered: i32, src: *const u8, len: usize, off: u64) -> Result<usize> {
+unsafe fn write_direct(
+    pf: &PosixFile,
+    direct: i32,
+    buffered: i32,
+    src: *const u8,
+    len: usize,
+    off: u64,
+) -> Result<usize> {
     let aligned_mem = (src as usize) % pf.mem_align == 0;
     let r = if aligned_mem {
         // SAFETY: caller's range.
@@ -243,7 +279,8 @@ unsafe fn write_direct(pf: &PosixFile, direct: i32, buffered: i32, src: *const u
                 // SAFETY: src+done..+n is in the caller's range; bounce holds n bytes.
                 unsafe { std::ptr::copy_nonoverlapping(src.add(done), bounce.as_mut_ptr(), n) };
                 // SAFETY: bounce holds n initialised bytes.
-                let put = unsafe { pwrite_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
+                let put =
+                    unsafe { pwrite_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
                 done += put;
                 if put < n {
                     break;
@@ -260,7 +297,8 @@ unsafe fn write_direct(pf: &PosixFile, direct: i32, buffered: i32, src: *const u
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             pf.disable_direct(&format!("O_DIRECT write refused ({e})"));
             // SAFETY: caller's range.
-            let n = unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
+            let n =
+                unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
             stats::record_write(IoPath::Buffered, n);
             Ok(n)
         }

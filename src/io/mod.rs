@@ -1,8 +1,8 @@
 //! The I/O engine: validates a request, picks the path for its destination
 //! and splits large requests across the worker pool.
 
-pub mod posix;
 mod host_path;
+pub mod posix;
 pub mod staged;
 pub mod workers;
 
@@ -120,7 +120,9 @@ fn transfer(
             }
             MemoryKind::Device => staged::transfer(pf, &req, &config),
         },
-        FileBackend::Userspace(fs) => userspace_transfer(fs.as_ref(), &req, reg.as_deref(), kind, &config),
+        FileBackend::Userspace(fs) => {
+            userspace_transfer(fs.as_ref(), &req, reg.as_deref(), kind, &config)
+        }
     }
 }
 
@@ -152,7 +154,10 @@ fn userspace_transfer(
     if n > req.size {
         return Err(Error::new(
             OpError::InternalError,
-            format!("userspace filesystem reported {n} bytes for a {}-byte request", req.size),
+            format!(
+                "userspace filesystem reported {n} bytes for a {}-byte request",
+                req.size
+            ),
         ));
     }
     match req.dir {

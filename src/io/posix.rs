@@ -148,7 +148,9 @@ impl PosixFile {
             } else {
                 Err(Error::new(
                     OpError::IoNotSupported,
-                    format!("{why}, and compat mode is not allowed (HIPFILE_ALLOW_COMPAT_MODE=false)"),
+                    format!(
+                        "{why}, and compat mode is not allowed (HIPFILE_ALLOW_COMPAT_MODE=false)"
+                    ),
                 ))
             }
         };
@@ -156,11 +158,7 @@ impl PosixFile {
             file.log_fallback("compat mode is forced (HIPFILE_FORCE_COMPAT_MODE)");
             return Ok(file);
         }
-        if config
-            .unsupported_filesystems
-            .iter()
-            .any(|f| f == fs_name)
-        {
+        if config.unsupported_filesystems.iter().any(|f| f == fs_name) {
             refuse(format!(
                 "filesystem {fs_name} is listed in HIPFILE_UNSUPPORTED_FILE_SYSTEMS"
             ))?;
@@ -237,7 +235,13 @@ pub enum Rw {
 ///
 /// # Safety
 /// `buf` must be valid for `len` writable bytes.
-pub unsafe fn pread_once(fd: RawFd, buf: *mut u8, len: usize, off: u64, nowait: bool) -> std::io::Result<Rw> {
+pub unsafe fn pread_once(
+    fd: RawFd,
+    buf: *mut u8,
+    len: usize,
+    off: u64,
+    nowait: bool,
+) -> std::io::Result<Rw> {
     let len = len.min(MAX_RW_COUNT);
     loop {
         let iov = libc::iovec {
@@ -280,12 +284,24 @@ pub unsafe fn pread_full(fd: RawFd, buf: *mut u8, len: usize, off: u64) -> std::
 ///
 /// # Safety
 /// `buf` must be valid for `len` readable bytes.
-pub unsafe fn pwrite_full(fd: RawFd, buf: *const u8, len: usize, off: u64) -> std::io::Result<usize> {
+pub unsafe fn pwrite_full(
+    fd: RawFd,
+    buf: *const u8,
+    len: usize,
+    off: u64,
+) -> std::io::Result<usize> {
     let mut done = 0;
     while done < len {
         let n = (len - done).min(MAX_RW_COUNT);
         // SAFETY: the caller guarantees the range is readable.
-        let r = unsafe { libc::pwrite(fd, buf.add(done).cast(), n, (off + done as u64) as libc::off_t) };
+        let r = unsafe {
+            libc::pwrite(
+                fd,
+                buf.add(done).cast(),
+                n,
+                (off + done as u64) as libc::off_t,
+            )
+        };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EINTR) {
@@ -321,7 +337,10 @@ impl AlignedBuf {
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
-            return Err(Error::new(OpError::InternalError, "out of memory for bounce buffer"));
+            return Err(Error::new(
+                OpError::InternalError,
+                "out of memory for bounce buffer",
+            ));
         }
         Ok(AlignedBuf { ptr, layout })
     }

@@ -51,32 +51,42 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
 pub(crate) fn userspace_transfer(fs: &dyn UserspaceFs, req: &Request) -> Result<usize> {
     let rt = gpu::runtime();
     let chunk = 8 << 20;
-    run_chunks(req.file_offset, req.size, chunk, 4, true, &|_, off, len, m| {
-        let dev = req.mem + m;
-        with_bounce(chunk, 4096, |bounce| {
-            // SAFETY: the bounce holds at least len bytes.
-            let host = unsafe { std::slice::from_raw_parts_mut(bounce.as_mut_ptr(), len) };
-            let buf = UserspaceBuf::Host {
-                ptr: host.as_mut_ptr(),
-                len,
-            };
-            match req.dir {
-                Dir::Read => {
-                    let n = fs.read(buf, off)?;
-                    if n > len {
-                        return Err(Error::new(OpError::InternalError, "filesystem over-reported a read"));
+    run_chunks(
+        req.file_offset,
+        req.size,
+        chunk,
+        4,
+        true,
+        &|_, off, len, m| {
+            let dev = req.mem + m;
+            with_bounce(chunk, 4096, |bounce| {
+                // SAFETY: the bounce holds at least len bytes.
+                let host = unsafe { std::slice::from_raw_parts_mut(bounce.as_mut_ptr(), len) };
+                let buf = UserspaceBuf::Host {
+                    ptr: host.as_mut_ptr(),
+                    len,
+                };
+                match req.dir {
+                    Dir::Read => {
+                        let n = fs.read(buf, off)?;
+                        if n > len {
+                            return Err(Error::new(
+                                OpError::InternalError,
+                                "filesystem over-reported a read",
+                            ));
+                        }
+                        rt.copy_to_device(dev, &host[..n])?;
+                        stats::record_read(IoPath::Remote, n);
+                        Ok(n)
                     }
-                    rt.copy_to_device(dev, &host[..n])?;
-                    stats::record_read(IoPath::Remote, n);
-                    Ok(n)
+                    Dir::Write => {
+                        rt.copy_from_device(host, dev)?;
+                        let n = fs.write(buf, off)?;
+                        stats::record_write(IoPath::Remote, n);
+                        Ok(n)
+                    }
                 }
-                Dir::Write => {
-                    rt.copy_from_device(host, dev)?;
-                    let n = fs.write(buf, off)?;
-                    stats::record_write(IoPath::Remote, n);
-                    Ok(n)
-                }
-            }
-        })?
-    })
+            })?
+        },
+    )
 }

@@ -1,0 +1,5 @@
+//! The `hipfs` command's subcommands, as library functions so the binary
+//! stays a thin layer.
+
+pub mod bench;
+pub mod check;
