@@ -293,7 +293,8 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Opens file `ino` with open(2) `flags` (`O_CREAT`/`O_EXCL` already handled by the kernel);
+    /// Opens file `ino` with open(2) `flags` (`O_CREAT`/`O_EXCL` already handled by the kernel;
+    /// `O_TRUNC` is passed here and the backend truncates, saving a separate `setattr`);
     /// returns a file handle passed to `read`, `write`, `flush`, `fsync`, `release`.
     fn open(&self, ino: Ino, flags: i32, cred: &Credentials) -> Result<u64>;
 

@@ -1,0 +1,722 @@
+//! The `fuser::Filesystem` implementation: every kernel request becomes one [`Backend`] call.
+//!
+//! The adapter keeps no filesystem state of its own (no inode table, no handle table): inode
+//! numbers and file handles are the backend's, passed through unchanged. What it adds is the
+//! kernel-facing policy: cache lifetimes, open flags (direct I/O or page cache), the read-only
+//! guard, the xattr size protocol, readdir buffer handling and the identify ioctl.
+
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, WriteFlags,
+};
+use log::{debug, warn};
+
+use crate::credentials::GroupCache;
+use crate::identify::{encode_identify_reply, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN};
+use crate::{Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, FileKind, SetAttr};
+
+/// The kernel-facing settings of one mount (derived from [`crate::MountConfig`]).
+#[derive(Clone, Debug)]
+pub(crate) struct AdapterOptions {
+    pub(crate) attr_timeout: Duration,
+    pub(crate) entry_timeout: Duration,
+    pub(crate) read_only: bool,
+    pub(crate) direct_io: bool,
+    pub(crate) keep_cache: bool,
+    pub(crate) max_write: u32,
+    pub(crate) max_readahead: u32,
+    pub(crate) max_background: u16,
+}
+
+pub(crate) struct FuseAdapter {
+    backend: Arc<dyn Backend>,
+    opts: AdapterOptions,
+    groups: GroupCache,
+}
+
+impl FuseAdapter {
+    pub(crate) fn new(backend: Arc<dyn Backend>, opts: AdapterOptions) -> FuseAdapter {
+        FuseAdapter {
+            backend,
+            opts,
+            groups: GroupCache::default(),
+        }
+    }
+
+    fn cred(&self, req: &Request) -> Credentials {
+        self.groups.credentials(req.uid(), req.gid(), req.pid())
+    }
+
+    /// The read-only guard. The kernel already refuses writes on an `ro` mount; this is the
+    /// second line, so a backend never sees a mutation on a read-only mount whatever the
+    /// kernel's path to it.
+    fn writable(&self) -> Result<(), fuser::Errno> {
+        if self.opts.read_only {
+            Err(fuser::Errno::from_i32(libc::EROFS))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.opts.direct_io {
+            // Parallel direct writes: the backend serialises what it must, the kernel need not
+            // hold the inode lock across a network round trip.
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        } else if self.opts.keep_cache {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, entry: Result<Entry, Errno>) {
+        match entry {
+            Ok(e) => reply.entry_with_ttls(
+                &self.opts.attr_timeout,
+                &self.opts.entry_timeout,
+                &to_fuse_attr(&e.attr),
+                Generation(e.generation),
+            ),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    /// Gives back the lookup counts of readdir entries the kernel never received.
+    fn forget_undelivered(&self, entries: &[DirEntryPlus]) {
+        for e in entries.iter().filter(|e| !is_dot(&e.name)) {
+            self.backend.forget(e.entry.attr.ino, 1);
+        }
+    }
+}
+
+fn fe(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.code())
+}
+
+fn is_dot(name: &OsStr) -> bool {
+    name == "." || name == ".."
+}
+
+fn to_fuse_kind(kind: FileKind) -> fuser::FileType {
+    match kind {
+        FileKind::Regular => fuser::FileType::RegularFile,
+        FileKind::Directory => fuser::FileType::Directory,
+        FileKind::Symlink => fuser::FileType::Symlink,
+        FileKind::Fifo => fuser::FileType::NamedPipe,
+        FileKind::Socket => fuser::FileType::Socket,
+        FileKind::CharDevice => fuser::FileType::CharDevice,
+        FileKind::BlockDevice => fuser::FileType::BlockDevice,
+    }
+}
+
+fn to_fuse_attr(a: &Attr) -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: to_fuse_kind(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn to_time(t: fuser::TimeOrNow) -> crate::TimeOrNow {
+    match t {
+        fuser::TimeOrNow::Now => crate::TimeOrNow::Now,
+        fuser::TimeOrNow::SpecificTime(t) => crate::TimeOrNow::At(t),
+    }
+}
+
+/// Answers a getxattr/listxattr request following the size protocol: size 0 asks for the
+/// length, a too-small buffer gets ERANGE.
+fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
+    if size == 0 {
+        match u32::try_from(data.len()) {
+            Ok(len) => reply.size(len),
+            Err(_) => reply.error(fuser::Errno::from_i32(libc::E2BIG)),
+        }
+    } else if data.len() > size as usize {
+        reply.error(fuser::Errno::from_i32(libc::ERANGE))
+    } else {
+        reply.data(data)
+    }
+}
+
+impl Filesystem for FuseAdapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        if let Err(max) = config.set_max_write(self.opts.max_write) {
+            warn!(
+                "max_write {} refused, kernel limit {max}",
+                self.opts.max_write
+            );
+            let _ = config.set_max_write(max);
+        }
+        if let Err(max) = config.set_max_readahead(self.opts.max_readahead) {
+            // The kernel offers its own ceiling; take it rather than fail the mount.
+            debug!(
+                "max_readahead {} above kernel limit {max}",
+                self.opts.max_readahead
+            );
+            let _ = config.set_max_readahead(max);
+        }
+        let _ = config.set_max_background(self.opts.max_background);
+        // Each wanted capability is requested alone so one the kernel lacks does not drop the
+        // others. Readdirplus (always, not "auto") returns attributes with names, which saves
+        // one lookup round trip per entry of `ls -l`; parallel dirops lets lookups in one
+        // directory run concurrently; auto_inval_data drops cached pages when a file changed
+        // on the server (seen through mtime/size on getattr).
+        for cap in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+        ] {
+            if let Err(missing) = config.add_capabilities(cap) {
+                debug!("kernel lacks FUSE capability {missing:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.backend.lookup(parent.0, name, &self.cred(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.backend.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self
+            .backend
+            .getattr(ino.0, fh.map(|f| f.0), &self.cred(req))
+        {
+            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let changes = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: atime.map(to_time),
+            mtime: mtime.map(to_time),
+            fh: fh.map(|f| f.0),
+        };
+        match self.backend.setattr(ino.0, &changes, &self.cred(req)) {
+            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        use std::os::unix::ffi::OsStrExt;
+        match self.backend.readlink(ino.0, &self.cred(req)) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let r = self
+            .backend
+            .mknod(parent.0, name, mode, umask, rdev, &self.cred(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let r = self
+            .backend
+            .mkdir(parent.0, name, mode, umask, &self.cred(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self.backend.unlink(parent.0, name, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self.backend.rmdir(parent.0, name, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let r = self
+            .backend
+            .symlink(parent.0, link_name, target, &self.cred(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let r = self.backend.rename(
+            parent.0,
+            name,
+            newparent.0,
+            newname,
+            flags.bits(),
+            &self.cred(req),
+        );
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let r = self
+            .backend
+            .link(ino.0, newparent.0, newname, &self.cred(req));
+        self.reply_entry(reply, r);
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let wants_write =
+            (flags.0 & libc::O_ACCMODE) != libc::O_RDONLY || (flags.0 & libc::O_TRUNC) != 0;
+        if wants_write {
+            if let Err(e) = self.writable() {
+                return reply.error(e);
+            }
+        }
+        match self.backend.open(ino.0, flags.0, &self.cred(req)) {
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self
+            .backend
+            .read(ino.0, fh.0, offset, size, &self.cred(req))
+        {
+            Ok(data) if data.len() <= size as usize => reply.data(&data),
+            Ok(data) => {
+                // More than asked would overrun the kernel's buffer: a backend bug, not data.
+                warn!(
+                    "backend returned {} bytes for a {size}-byte read",
+                    data.len()
+                );
+                reply.error(fuser::Errno::from_i32(libc::EIO))
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self
+            .backend
+            .write(ino.0, fh.0, offset, data, &self.cred(req))
+        {
+            Ok(n) if n <= data.len() => reply.written(n as u32),
+            Ok(n) => {
+                warn!("backend claims {n} bytes written of {}", data.len());
+                reply.error(fuser::Errno::from_i32(libc::EIO))
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .backend
+            .flush(ino.0, fh.0, lock_owner.0, &self.cred(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn release(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.backend.release(ino.0, fh.0, flags.0, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.backend.fsync(ino.0, fh.0, datasync, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.backend.opendir(ino.0, flags.0, &self.cred(req)) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let entries = match self.backend.readdir(ino.0, fh.0, offset, &self.cred(req)) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(fe(e)),
+        };
+        for e in &entries {
+            let kind = to_fuse_kind(e.entry.attr.kind);
+            if reply.add(INodeNo(e.entry.attr.ino), e.offset, kind, &e.name) {
+                break;
+            }
+        }
+        // Plain readdir hands the kernel no inode references, so none of the lookups the
+        // backend counted for these entries are kept.
+        self.forget_undelivered(&entries);
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self.backend.readdir(ino.0, fh.0, offset, &self.cred(req)) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(fe(e)),
+        };
+        let mut delivered = entries.len();
+        for (i, e) in entries.iter().enumerate() {
+            let full = reply.add(
+                INodeNo(e.entry.attr.ino),
+                e.offset,
+                &e.name,
+                &self.opts.entry_timeout,
+                &to_fuse_attr(&e.entry.attr),
+                Generation(e.entry.generation),
+            );
+            if full {
+                delivered = i;
+                break;
+            }
+        }
+        self.forget_undelivered(&entries[delivered..]);
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.backend.releasedir(ino.0, fh.0, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .backend
+            .fsyncdir(ino.0, fh.0, datasync, &self.cred(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.backend.statfs(ino.0, &self.cred(req)) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self
+            .backend
+            .setxattr(ino.0, name, value, flags, &self.cred(req))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.backend.getxattr(ino.0, name, &self.cred(req)) {
+            Ok(value) => reply_xattr(reply, size, &value),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        use std::os::unix::ffi::OsStrExt;
+        match self.backend.listxattr(ino.0, &self.cred(req)) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in &names {
+                    buf.extend_from_slice(n.as_bytes());
+                    buf.push(0);
+                }
+                reply_xattr(reply, size, &buf)
+            }
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self.backend.removexattr(ino.0, name, &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(AccessFlags::W_OK) {
+            if let Err(e) = self.writable() {
+                return reply.error(e);
+            }
+        }
+        match self.backend.access(ino.0, mask.bits(), &self.cred(req)) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        match self
+            .backend
+            .create(parent.0, name, mode, umask, flags, &self.cred(req))
+        {
+            Ok((e, fh)) => reply.created(
+                &self.opts.entry_timeout,
+                &to_fuse_attr(&e.attr),
+                Generation(e.generation),
+                FileHandle(fh),
+                self.open_flags(),
+            ),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        if cmd != HIPFS_IOC_IDENTIFY {
+            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
+        }
+        if (out_size as usize) < IDENTIFY_BUF_LEN {
+            return reply.error(fuser::Errno::from_i32(libc::EINVAL));
+        }
+        let Some(payload) = self.backend.identify(ino.0, fh.0) else {
+            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
+        };
+        match encode_identify_reply(&payload) {
+            Some(buf) => reply.ioctl(0, &buf),
+            None => {
+                warn!("identify payload of {} bytes is too long", payload.len());
+                reply.error(fuser::Errno::from_i32(libc::EOVERFLOW))
+            }
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Mounting a [`Backend`]: configuration, the background session and its teardown.
+//!
+//! Multi-threading: fuser 0.18 runs `n_threads` event loops itself and, with `clone_fd`, gives
+//! each its own `/dev/fuse` descriptor cloned with `FUSE_DEV_IOC_CLONE`, so the kernel spreads
+//! requests over the threads and each thread reads, dispatches and replies without any shared
+//! queue or lock. That is libfuse's `clone_fd` multi-threaded loop, so no worker pool of our
+//! own is needed: every `Filesystem` method takes `&self` and runs on the thread that read the
+//! request.
+//!
+//! Teardown never hangs on a wedged mount: unmount is tried plainly, then lazily (`MNT_DETACH`)
+//! if busy; if the session threads still have not ended after a grace period the FUSE
+//! connection is aborted through `/sys/fs/fuse/connections/N/abort`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
+use log::{info, warn};
+
+use crate::adapter::{AdapterOptions, FuseAdapter};
+use crate::mountinfo::{absolute_mount_path, read_mountinfo};
+use crate::{Backend, FuseError};
+
+/// The FUSE subtype of hipfs mounts: the mount table shows type `fuse.hipfs`.
+pub const FS_SUBTYPE: &str = "hipfs";
+
+/// Largest read and write the kernel may send in one request (1 MiB).
+pub const DEFAULT_MAX_IO: u32 = 1 << 20;
+
+/// How long teardown waits for the session threads before aborting the connection.
+const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// How a mount behaves. `MountConfig::new(dir)` gives the defaults documented per field.
+///
+/// ```
+/// use std::time::Duration;
+/// let mut cfg = hipfs_fusefs::MountConfig::new("/mnt/data");
+/// cfg.read_only = true;
+/// cfg.attr_timeout = Duration::from_secs(5);
+/// assert!(cfg.default_permissions);
+/// assert_eq!(cfg.max_read, 1 << 20);
+/// ```
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// The directory to mount on.
+    pub mountpoint: PathBuf,
+    /// The source shown in the mount table (e.g. `server:/export`). Default `hipfs`.
+    pub fs_name: String,
+    /// Mount read-only: the kernel and the adapter refuse writes with `EROFS`. Default off.
+    pub read_only: bool,
+    /// Let users other than the mounting one in. Default off.
+    pub allow_other: bool,
+    /// The kernel checks mode bits before asking the backend. Default on.
+    pub default_permissions: bool,
+    /// How long the kernel caches attributes. Default 1 s.
+    pub attr_timeout: Duration,
+    /// How long the kernel caches name lookups. Default 1 s.
+    pub entry_timeout: Duration,
+    /// Bypass the page cache: every read and write goes to the backend at the caller's size
+    /// (opens reply `FOPEN_DIRECT_IO`). Default off (page cache, with readahead).
+    pub direct_io: bool,
+    /// In page-cache mode, keep cached pages across opens (`FOPEN_KEEP_CACHE`); they are
+    /// still dropped when the attributes show the file changed. Default on.
+    pub keep_cache: bool,
+    /// Largest read request (the `max_read` mount option). Default 1 MiB.
+    pub max_read: u32,
+    /// Largest write request. Default 1 MiB; at most 16 MiB.
+    pub max_write: u32,
+    /// Readahead window asked for; the kernel may grant less. Default 1 MiB.
+    pub max_readahead: u32,
+    /// Session threads, each with its own cloned `/dev/fuse` fd. Default: the CPU count,
+    /// between 2 and 8.
+    pub threads: usize,
+    /// Have fusermount3 unmount if this process dies (also sets the `fuse.hipfs` type in the
+    /// mount table). Default on.
+    pub auto_unmount: bool,
+}
+
+impl MountConfig {
+    /// Defaults for a mount on `mountpoint`.
+    pub fn new(mountpoint: impl Into<PathBuf>) -> MountConfig {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        MountConfig {
+            mountpoint: mountpoint.into(),
+            fs_name: "hipfs".to_string(),
+            read_only: false,
+            allow_other: false,
+            default_permissions: true,
+            attr_timeout: Duration::from_secs(1),
+            entry_timeout: Duration::from_secs(1),
+            direct_io: false,
+            keep_cache: true,
+            max_read: DEFAULT_MAX_IO,
+            max_write: DEFAULT_MAX_IO,
+            max_readahead: DEFAULT_MAX_IO,
+            threads: cpus.clamp(2, 8),
+            auto_unmount: true,
+        }
+    }
+
+    fn validate(&self) -> Result<(), FuseError> {
+        let bad = |m: String| Err(FuseError::InvalidConfig(m));
+        if !(1..=64).contains(&self.threads) {
+            return bad(format!("threads must be 1..=64, got {}", self.threads));
+        }
+        const MAX_IO: u32 = 16 << 20;
+        for (what, v) in [
+            ("max_read", self.max_read),
+            ("max_write", self.max_write),
+            ("max_readahead", self.max_readahead),
+        ] {
+            if !(4096..=MAX_IO).contains(&v) {
+                return bad(format!("{what} must be 4 KiB..=16 MiB, got {v}"));
+            }
+        }
+        if self.fs_name.is_empty() || self.fs_name.contains([',', ' ', '\0', '\n']) {
+            return bad(format!(
+                "fs_name must be non-empty without commas, spaces or newlines, got {:?}",
+                self.fs_name
+            ));
+        }
+        match std::fs::metadata(&self.mountpoint) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => bad(format!("{} is not a directory", self.mountpoint.display())),
+            Err(e) => bad(format!("mountpoint {}: {e}", self.mountpoint.display())),
+        }
+    }
+
+    fn adapter_options(&self) -> AdapterOptions {
+        AdapterOptions {
+            attr_timeout: self.attr_timeout,
+            entry_timeout: self.entry_timeout,
+            read_only: self.read_only,
+            direct_io: self.direct_io,
+            keep_cache: self.keep_cache,
+            max_write: self.max_write,
+            max_readahead: self.max_readahead,
+            // Enough outstanding async reads for readahead and direct I/O to keep every
+            // session thread busy.
+            max_background: (self.threads * 16).min(u16::MAX as usize) as u16,
+        }
+    }
+
+    fn fuser_config(&self) -> Config {
+        let mut options = vec![
+            MountOption::FSName(self.fs_name.clone()),
+            MountOption::Subtype(FS_SUBTYPE.to_string()),
+            MountOption::NoDev,
+            MountOption::NoSuid,
+            MountOption::CUSTOM(format!("max_read={}", self.max_read)),
+        ];
+        if self.default_permissions {
+            options.push(MountOption::DefaultPermissions);
+        }
+        options.push(if self.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        });
+        if self.auto_unmount {
+            options.push(MountOption::AutoUnmount);
+        }
+        let mut config = Config::default();
+        config.mount_options = options;
+        // auto_unmount needs allow_other in the kernel; fuser then keeps other users out
+        // itself (RootAndOwner) unless allow_other was really asked for.
+        config.acl = if self.allow_other {
+            SessionACL::All
+        } else if self.auto_unmount {
+            SessionACL::RootAndOwner
+        } else {
+            SessionACL::Owner
+        };
+        config.n_threads = Some(self.threads);
+        config.clone_fd = self.threads > 1;
+        config
+    }
+}
+
+fn new_session(
+    backend: Arc<dyn Backend>,
+    config: &MountConfig,
+) -> Result<Session<FuseAdapter>, FuseError> {
+    config.validate()?;
+    let adapter = FuseAdapter::new(backend, config.adapter_options());
+    Session::new(adapter, &config.mountpoint, &config.fuser_config()).map_err(|source| {
+        FuseError::Mount {
+            mountpoint: config.mountpoint.clone(),
+            source,
+        }
+    })
+}
+
+/// Mounts `backend` and serves it on background threads until the returned handle is
+/// unmounted or dropped.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use hipfs_fusefs::{mount, MemFs, MountConfig};
+/// let handle = mount(Arc::new(MemFs::new()), MountConfig::new("/mnt/mem"))?;
+/// std::fs::write("/mnt/mem/hello", b"hi")?;
+/// handle.unmount()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHandle, FuseError> {
+    let session = new_session(backend, &config)?;
+    let mountpoint =
+        absolute_mount_path(&config.mountpoint).map_err(|source| FuseError::Mount {
+            mountpoint: config.mountpoint.clone(),
+            source,
+        })?;
+    let connection = connection_id(&mountpoint);
+    let background = session.spawn().map_err(|source| FuseError::Session {
+        mountpoint: mountpoint.clone(),
+        source,
+    })?;
+    info!(
+        "mounted {} ({} threads)",
+        mountpoint.display(),
+        config.threads
+    );
+    Ok(MountHandle {
+        session: Some(background),
+        mountpoint,
+        connection,
+    })
+}
+
+/// Mounts `backend` and serves it on the calling thread (plus `threads - 1` more) until the
+/// filesystem is unmounted from outside (`umount`, `fusermount3 -u`, `hipfs umount`).
+pub fn mount_foreground(backend: Arc<dyn Backend>, config: MountConfig) -> Result<(), FuseError> {
+    let session = new_session(backend, &config)?;
+    session.run().map_err(|source| FuseError::Session {
+        mountpoint: config.mountpoint.clone(),
+        source,
+    })
+}
+
+/// The FUSE connection number of the mount at `mountpoint` (the name of its directory under
+/// `/sys/fs/fuse/connections`), found in the mount table rather than by `stat`, which would
+/// need the session to answer.
+fn connection_id(mountpoint: &Path) -> Option<u32> {
+    let entries = read_mountinfo().ok()?;
+    let m = entries.iter().rev().find(|m| m.mount_point == mountpoint)?;
+    // The kernel names the directory after its own dev_t, MKDEV(major, minor) = major << 20 |
+    // minor.
+    Some((m.major << 20) | m.minor)
+}
+
+/// A live mount served in the background. Unmounts when dropped.
+#[derive(Debug)]
+pub struct MountHandle {
+    session: Option<BackgroundSession>,
+    mountpoint: PathBuf,
+    connection: Option<u32>,
+}
+
+impl MountHandle {
+    /// The mount point, absolute.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts and waits for the session threads to end.
+    pub fn unmount(mut self) -> Result<(), FuseError> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<(), FuseError> {
+        let Some(session) = self.session.take() else {
+            return Ok(());
+        };
+        let unmounted = unmount_path(&self.mountpoint);
+        if let Err(e) = &unmounted {
+            warn!(
+                "unmount {}: {e}; aborting the connection",
+                self.mountpoint.display()
+            );
+            self.abort_connection();
+        }
+        if !wait_finished(&session, TEARDOWN_GRACE) {
+            warn!(
+                "FUSE session on {} still busy after {:?}; aborting the connection",
+                self.mountpoint.display(),
+                TEARDOWN_GRACE
+            );
+            self.abort_connection();
+            if !wait_finished(&session, TEARDOWN_GRACE) {
+                // Dropping the handle detaches the threads: better a leaked thread than a hang.
+                return Err(FuseError::Session {
+                    mountpoint: self.mountpoint.clone(),
+                    source: io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "session threads did not stop after the connection was aborted",
+                    ),
+                });
+            }
+        }
+        let joined = session.join().map_err(|source| FuseError::Session {
+            mountpoint: self.mountpoint.clone(),
+            source,
+        });
+        unmounted.map_err(|source| FuseError::Unmount {
+            mountpoint: self.mountpoint.clone(),
+            source,
+        })?;
+        joined
+    }
+
+    fn abort_connection(&self) {
+        let Some(id) = self.connection else { return };
+        ensure_fusectl_mounted();
+        let path = format!("/sys/fs/fuse/connections/{id}/abort");
+        if let Err(e) = std::fs::write(&path, b"1") {
+            warn!("cannot abort FUSE connection via {path}: {e}");
+        }
+    }
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            warn!("{e}");
+        }
+    }
+}
+
+/// The abort switch lives in the fusectl filesystem, which minimal systems (containers, no
+/// systemd) do not mount; mount it the way systemd would at boot. Needs root; failures only
+/// mean the abort is unavailable and are logged by the caller's write attempt.
+fn ensure_fusectl_mounted() {
+    const DIR: &str = "/sys/fs/fuse/connections";
+    match read_mountinfo() {
+        Ok(entries) if entries.iter().any(|m| m.fs_type == "fusectl") => return,
+        Ok(_) => {}
+        Err(_) => return,
+    }
+    let (Ok(src), Ok(dir), Ok(fstype)) = (
+        CString::new("fusectl"),
+        CString::new(DIR),
+        CString::new("fusectl"),
+    ) else {
+        return;
+    };
+    // SAFETY: all pointers are valid NUL-terminated strings (data may be NULL for fusectl).
+    let rc = unsafe {
+        libc::mount(src.as_ptr(), dir.as_ptr(), fstype.as_ptr(), 0, std::ptr::null())
+    };
+    if rc != 0 {
+        warn!("cannot mount fusectl on {DIR}: {}", io::Error::last_os_error());
+    }
+}
+
+fn wait_finished(session: &BackgroundSession, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    while !session.guard.is_finished() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Unmounts `path`: plainly, lazily if it is busy (open files keep the connection alive but
+/// the name is freed at once), through fusermount3 when not privileged. Not being mounted
+/// (any more) is success.
+pub fn unmount_path(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mountpoint contains NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
+        Some(libc::EBUSY) => {
+            // SAFETY: as above.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        }
+        Some(libc::EPERM) => {
+            let status = Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(path)
+                .status()?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("fusermount3 -u {} failed: {status}", path.display()),
+                ))
+            }
+        }
+        _ => Err(err),
+    }
+}
