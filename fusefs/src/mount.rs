@@ -349,10 +349,19 @@ fn ensure_fusectl_mounted() {
     };
     // SAFETY: all pointers are valid NUL-terminated strings (data may be NULL for fusectl).
     let rc = unsafe {
-        libc::mount(src.as_ptr(), dir.as_ptr(), fstype.as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            src.as_ptr(),
+            dir.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc != 0 {
-        warn!("cannot mount fusectl on {DIR}: {}", io::Error::last_os_error());
+        warn!(
+            "cannot mount fusectl on {DIR}: {}",
+            io::Error::last_os_error()
+        );
     }
 }
 
