@@ -28,6 +28,7 @@ use crate::{Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, FileKind, Se
 pub(crate) struct AdapterOptions {
     pub(crate) attr_timeout: Duration,
     pub(crate) entry_timeout: Duration,
+    pub(crate) negative_timeout: Duration,
     pub(crate) read_only: bool,
     pub(crate) direct_io: bool,
     pub(crate) keep_cache: bool,
@@ -66,6 +67,12 @@ impl FuseAdapter {
         }
     }
 
+    /// Replies that carry one TTL for both the name and the attributes (readdirplus, create)
+    /// use the shorter, so neither is cached longer than configured.
+    fn combined_ttl(&self) -> Duration {
+        self.opts.entry_timeout.min(self.opts.attr_timeout)
+    }
+
     fn open_flags(&self) -> FopenFlags {
         if self.opts.direct_io {
             // Parallel direct writes: the backend serialises what it must, the kernel need not
@@ -97,6 +104,23 @@ impl FuseAdapter {
         }
     }
 }
+
+/// Attributes sent with a negative entry; the kernel ignores them.
+const NEGATIVE_ATTR: Attr = Attr {
+    ino: 0,
+    size: 0,
+    blocks: 0,
+    atime: SystemTime::UNIX_EPOCH,
+    mtime: SystemTime::UNIX_EPOCH,
+    ctime: SystemTime::UNIX_EPOCH,
+    kind: FileKind::Regular,
+    perm: 0,
+    nlink: 0,
+    uid: 0,
+    gid: 0,
+    rdev: 0,
+    blksize: 0,
+};
 
 fn fe(e: Errno) -> fuser::Errno {
     fuser::Errno::from_i32(e.code())
@@ -199,6 +223,17 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let r = self.backend.lookup(parent.0, name, &self.cred(req));
+        if r == Err(Errno::ENOENT) && !self.opts.negative_timeout.is_zero() {
+            // An entry with node id 0 is the protocol's cacheable "no such name".
+            let mut none = to_fuse_attr(&NEGATIVE_ATTR);
+            none.ino = INodeNo(0);
+            return reply.entry_with_ttls(
+                &Duration::ZERO,
+                &self.opts.negative_timeout,
+                &none,
+                Generation(0),
+            );
+        }
         self.reply_entry(reply, r);
     }
 
@@ -544,7 +579,7 @@ impl Filesystem for FuseAdapter {
                 INodeNo(e.entry.attr.ino),
                 e.offset,
                 &e.name,
-                &self.opts.entry_timeout,
+                &self.combined_ttl(),
                 &to_fuse_attr(&e.entry.attr),
                 Generation(e.entry.generation),
             );
@@ -681,7 +716,7 @@ impl Filesystem for FuseAdapter {
             .create(parent.0, name, mode, umask, flags, &self.cred(req))
         {
             Ok((e, fh)) => reply.created(
-                &self.opts.entry_timeout,
+                &self.combined_ttl(),
                 &to_fuse_attr(&e.attr),
                 Generation(e.generation),
                 FileHandle(fh),

@@ -61,6 +61,9 @@ pub struct MountConfig {
     pub attr_timeout: Duration,
     /// How long the kernel caches name lookups. Default 1 s.
     pub entry_timeout: Duration,
+    /// How long the kernel caches "no such name" answers. Default 0 (not cached), since a
+    /// file created by another client should appear at once.
+    pub negative_timeout: Duration,
     /// Bypass the page cache: every read and write goes to the backend at the caller's size
     /// (opens reply `FOPEN_DIRECT_IO`). Default off (page cache, with readahead).
     pub direct_io: bool,
@@ -93,6 +96,7 @@ impl MountConfig {
             default_permissions: true,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
+            negative_timeout: Duration::ZERO,
             direct_io: false,
             keep_cache: true,
             max_read: DEFAULT_MAX_IO,
@@ -135,6 +139,7 @@ impl MountConfig {
         AdapterOptions {
             attr_timeout: self.attr_timeout,
             entry_timeout: self.entry_timeout,
+            negative_timeout: self.negative_timeout,
             read_only: self.read_only,
             direct_io: self.direct_io,
             keep_cache: self.keep_cache,

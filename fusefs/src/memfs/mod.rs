@@ -44,6 +44,7 @@ pub struct MemFs {
     max_reads_in_flight: AtomicU64,
     largest_read: AtomicU64,
     largest_write: AtomicU64,
+    lookups: AtomicU64,
 }
 
 impl Default for MemFs {
@@ -68,6 +69,7 @@ impl MemFs {
             max_reads_in_flight: AtomicU64::new(0),
             largest_read: AtomicU64::new(0),
             largest_write: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
         }
     }
 
@@ -91,6 +93,11 @@ impl MemFs {
     /// The largest buffer a `write` call carried.
     pub fn largest_write(&self) -> u64 {
         self.largest_write.load(Ordering::SeqCst)
+    }
+
+    /// How many `lookup` calls reached the backend.
+    pub fn lookup_calls(&self) -> u64 {
+        self.lookups.load(Ordering::SeqCst)
     }
 
     /// Number of inodes alive (root included): shows that forgets balance lookups.
@@ -159,6 +166,7 @@ fn apply_time(t: TimeOrNow) -> SystemTime {
 
 impl Backend for MemFs {
     fn lookup(&self, parent: Ino, name: &OsStr, _cred: &Credentials) -> Result<Entry> {
+        self.lookups.fetch_add(1, Ordering::SeqCst);
         if name.len() > tree::NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
