@@ -1,0 +1,84 @@
+//! The hipFile C ABI (`include/hipfile.h`): the 31 `hipFile*` functions,
+//! each a thin shell over the core that converts arguments and results and
+//! keeps panics from crossing the FFI boundary. The `hipfile-capi` crate
+//! (`capi/`) links these into `libhipfile.so`.
+//!
+//! Return conventions (the spec's): `hipFileError_t` by value;
+//! `hipFileRead/Write` return bytes, `-1` with `errno` for a system error,
+//! `-hipFileOpError` otherwise, and `-1`/`EINVAL` before the driver is open.
+//! A C `hipFileHandle_t` is the core's handle id cast to a pointer.
+
+mod async_io;
+mod driver;
+mod fsops;
+mod io;
+pub mod types;
+
+pub use async_io::*;
+pub use driver::*;
+pub use io::*;
+pub use types::*;
+
+use crate::error::{Error, OpError, Result};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `hipFileError_t` for an op code with no GPU error.
+pub(crate) fn op_status(op: OpError) -> HipFileError {
+    HipFileError {
+        err: op.code(),
+        hip_drv_err: 0,
+    }
+}
+
+/// `hipFileError_t` for a core error.
+pub(crate) fn error_status(e: &Error) -> HipFileError {
+    log::debug!("hipFile C API: {e}");
+    HipFileError {
+        err: e.op().code(),
+        hip_drv_err: e.gpu_code(),
+    }
+}
+
+/// Runs a status-returning body; a panic becomes `hipFileInternalError`.
+pub(crate) fn ffi_status(f: impl FnOnce() -> Result<()>) -> HipFileError {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => op_status(OpError::Success),
+        Ok(Err(e)) => error_status(&e),
+        Err(_) => op_status(OpError::InternalError),
+    }
+}
+
+/// Runs a byte-count-returning body with the read/write conventions.
+pub(crate) fn ffi_ssize(f: impl FnOnce() -> Result<usize>) -> isize {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(n)) => isize::try_from(n).unwrap_or(isize::MAX),
+        Ok(Err(e)) => ssize_error(&e),
+        Err(_) => -(OpError::InternalError.code() as isize),
+    }
+}
+
+/// The negative return of `hipFileRead/Write` for an error (setting errno).
+pub(crate) fn ssize_error(e: &Error) -> isize {
+    log::debug!("hipFile C API: {e}");
+    if e.op() == OpError::DriverNotInitialized {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    match e.errno() {
+        Some(errno) => {
+            set_errno(errno);
+            -1
+        }
+        None => -(e.op().code() as isize),
+    }
+}
+
+fn set_errno(errno: i32) {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// An error for a bad argument.
+pub(crate) fn invalid(what: &str) -> Error {
+    Error::new(OpError::InvalidValue, what)
+}
