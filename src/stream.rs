@@ -1,0 +1,414 @@
+//! Stream-ordered async I/O: a read or write is enqueued on a GPU stream
+//! (as a host function) and happens when the stream reaches it, after the
+//! work enqueued before it and before the work enqueued after it.
+//!
+//! Rules (the C ABI relies on these):
+//! - A stream must be registered ([`stream_register`]) before I/O is
+//!   enqueued on it; an unregistered stream is `InvalidValue`. Registering a
+//!   registered stream again replaces its flags (operations already enqueued
+//!   keep what they captured), so a library and its caller may both register.
+//! - The size, file offset and buffer offset are read when the stream runs
+//!   the operation, unless the stream was registered with the matching
+//!   `STREAM_FIXED_*` flag: then that value is read at enqueue time (and a
+//!   negative offset is refused right there).
+//! - The result is written when the operation ran: the bytes moved, or a
+//!   negative error (`-errno` for a system error, else `-OpError`).
+//! - The handle is resolved at enqueue time; the operation keeps the file
+//!   alive even if the handle is deregistered before the stream gets there.
+//!
+//! On the `host` runtime, streams are emulated by one FIFO thread per
+//! stream value, so any value works as a stream; on CUDA/HIP it must be a
+//! real stream of that runtime.
+
+use crate::batch::error_value;
+use crate::buffer::Buffer;
+use crate::error::{Error, OpError, Result};
+use crate::handle::{FileHandle, RegisteredFile};
+use crate::io::Dir;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+/// `HIPFILE_STREAM_FIXED_BUF_OFFSET`: the buffer offset is read at enqueue time.
+pub const STREAM_FIXED_BUF_OFFSET: u32 = 1;
+/// `HIPFILE_STREAM_FIXED_FILE_OFFSET`: the file offset is read at enqueue time.
+pub const STREAM_FIXED_FILE_OFFSET: u32 = 2;
+/// `HIPFILE_STREAM_FIXED_FILE_SIZE`: the size is read at enqueue time.
+pub const STREAM_FIXED_FILE_SIZE: u32 = 4;
+/// `HIPFILE_STREAM_PAGE_ALIGNED_INPUTS`: a promise that inputs are 4 KiB
+/// aligned; accepted as a hint (the I/O path handles any alignment).
+pub const STREAM_PAGE_ALIGNED_INPUTS: u32 = 8;
+/// `HIPFILE_STREAM_FLAGS_MASK`: every valid flag.
+pub const STREAM_FLAGS_MASK: u32 = 0xf;
+
+static STREAMS: LazyLock<Mutex<HashMap<usize, u32>>> = LazyLock::new(Default::default);
+
+fn streams() -> MutexGuard<'static, HashMap<usize, u32>> {
+    STREAMS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers `stream` for async I/O with `flags` (within [`STREAM_FLAGS_MASK`]).
+/// Registering again replaces the flags.
+pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
+    if flags & !STREAM_FLAGS_MASK != 0 {
+        return Err(Error::new(
+            OpError::InvalidValue,
+            format!("stream flags {flags:#x} are outside {STREAM_FLAGS_MASK:#x}"),
+        ));
+    }
+    streams().insert(stream, flags);
+    Ok(())
+}
+
+/// Forgets `stream`; one that is not registered is `InvalidValue`.
+/// Operations already enqueued on it still run.
+pub fn stream_deregister(stream: usize) -> Result<()> {
+    streams().remove(&stream).map(|_| ()).ok_or_else(|| {
+        Error::new(
+            OpError::InvalidValue,
+            format!("stream {stream:#x} is not registered"),
+        )
+    })
+}
+
+/// The flags `stream` is registered with, `None` when it is not.
+pub fn stream_flags(stream: usize) -> Option<u32> {
+    streams().get(&stream).copied()
+}
+
+/// The arguments of a safe async operation, shared with the stream: set
+/// them before the stream reaches the operation, read the result after.
+/// Use one `AsyncArgs` for one operation at a time.
+#[derive(Debug)]
+pub struct AsyncArgs {
+    size: AtomicUsize,
+    file_offset: AtomicI64,
+    buffer_offset: AtomicI64,
+    result: AtomicIsize,
+    done: AtomicBool,
+}
+
+impl AsyncArgs {
+    /// Arguments for `size` bytes at `file_offset` / `buffer_offset`.
+    pub fn new(size: usize, file_offset: i64, buffer_offset: i64) -> Arc<AsyncArgs> {
+        Arc::new(AsyncArgs {
+            size: AtomicUsize::new(size),
+            file_offset: AtomicI64::new(file_offset),
+            buffer_offset: AtomicI64::new(buffer_offset),
+            result: AtomicIsize::new(0),
+            done: AtomicBool::new(false),
+        })
+    }
+
+    pub fn set_size(&self, v: usize) {
+        self.size.store(v, Ordering::Release);
+    }
+
+    pub fn set_file_offset(&self, v: i64) {
+        self.file_offset.store(v, Ordering::Release);
+    }
+
+    pub fn set_buffer_offset(&self, v: i64) {
+        self.buffer_offset.store(v, Ordering::Release);
+    }
+
+    pub fn size(&self) -> usize {
+        self.size.load(Ordering::Acquire)
+    }
+
+    pub fn file_offset(&self) -> i64 {
+        self.file_offset.load(Ordering::Acquire)
+    }
+
+    pub fn buffer_offset(&self) -> i64 {
+        self.buffer_offset.load(Ordering::Acquire)
+    }
+
+    /// Bytes moved or a negative error; `None` until the stream ran the operation.
+    pub fn result(&self) -> Option<isize> {
+        self.done
+            .load(Ordering::Acquire)
+            .then(|| self.result.load(Ordering::Acquire))
+    }
+}
+
+/// Where an operation reads its arguments and writes its result.
+trait ArgSlots: Send + 'static {
+    fn size(&self) -> usize;
+    fn file_offset(&self) -> i64;
+    fn buffer_offset(&self) -> i64;
+    fn finish(&self, v: isize);
+}
+
+impl ArgSlots for Arc<AsyncArgs> {
+    fn size(&self) -> usize {
+        AsyncArgs::size(self)
+    }
+    fn file_offset(&self) -> i64 {
+        AsyncArgs::file_offset(self)
+    }
+    fn buffer_offset(&self) -> i64 {
+        AsyncArgs::buffer_offset(self)
+    }
+    fn finish(&self, v: isize) {
+        self.result.store(v, Ordering::Release);
+        self.done.store(true, Ordering::Release);
+    }
+}
+
+/// The caller's raw argument pointers (as addresses, so they may cross to
+/// the stream's thread).
+struct RawSlots {
+    size: usize,
+    file_offset: usize,
+    buffer_offset: usize,
+    out: usize,
+}
+
+impl ArgSlots for RawSlots {
+    fn size(&self) -> usize {
+        // SAFETY: read_async/write_async's contract: the pointer is valid and
+        // aligned until the stream has run the operation.
+        unsafe { std::ptr::read(self.size as *const usize) }
+    }
+    fn file_offset(&self) -> i64 {
+        // SAFETY: as above.
+        unsafe { std::ptr::read(self.file_offset as *const i64) }
+    }
+    fn buffer_offset(&self) -> i64 {
+        // SAFETY: as above.
+        unsafe { std::ptr::read(self.buffer_offset as *const i64) }
+    }
+    fn finish(&self, v: isize) {
+        // SAFETY: as above, and the result pointer is writable.
+        unsafe { std::ptr::write(self.out as *mut isize, v) }
+    }
+}
+
+fn invalid(what: impl Into<String>) -> Error {
+    Error::new(OpError::InvalidValue, what)
+}
+
+/// One operation waiting for its stream.
+struct StreamOp<S: ArgSlots> {
+    dir: Dir,
+    file: Arc<RegisteredFile>,
+    base: usize,
+    /// The buffer's length when known (safe wrapper): checked at run time.
+    buf_len: Option<usize>,
+    size: Option<usize>,
+    file_offset: Option<i64>,
+    buffer_offset: Option<i64>,
+    slots: S,
+}
+
+impl<S: ArgSlots> StreamOp<S> {
+    fn execute(&self) -> Result<usize> {
+        let size = self.size.unwrap_or_else(|| self.slots.size());
+        let foff = self.file_offset.unwrap_or_else(|| self.slots.file_offset());
+        let boff = self
+            .buffer_offset
+            .unwrap_or_else(|| self.slots.buffer_offset());
+        if let Some(len) = self.buf_len {
+            let end = usize::try_from(boff).ok().and_then(|b| b.checked_add(size));
+            if end.is_none_or(|e| e > len) {
+                return Err(invalid(format!(
+                    "{size} bytes at buffer offset {boff} do not fit the {len}-byte buffer"
+                )));
+            }
+        }
+        match self.dir {
+            Dir::Read => crate::io::read(&self.file, self.base, size, foff, boff),
+            Dir::Write => crate::io::write(&self.file, self.base, size, foff, boff),
+        }
+    }
+
+    fn run(self) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute()))
+            .unwrap_or_else(|_| Err(Error::new(OpError::InternalError, "async I/O panicked")));
+        let v = match r {
+            Ok(n) => n as isize,
+            Err(e) => {
+                log::debug!("async {:?} on stream failed: {e}", self.dir);
+                error_value(&e)
+            }
+        };
+        self.slots.finish(v);
+    }
+}
+
+fn enqueue<S: ArgSlots>(
+    dir: Dir,
+    handle: u64,
+    base: usize,
+    buf_len: Option<usize>,
+    slots: S,
+    stream: usize,
+) -> Result<()> {
+    let flags = stream_flags(stream).ok_or_else(|| {
+        invalid(format!(
+            "stream {stream:#x} is not registered; call stream_register first"
+        ))
+    })?;
+    if base == 0 {
+        return Err(invalid("buffer pointer is null"));
+    }
+    let file = crate::handle::lookup(handle)?;
+    let size = (flags & STREAM_FIXED_FILE_SIZE != 0).then(|| slots.size());
+    let file_offset = (flags & STREAM_FIXED_FILE_OFFSET != 0).then(|| slots.file_offset());
+    let buffer_offset = (flags & STREAM_FIXED_BUF_OFFSET != 0).then(|| slots.buffer_offset());
+    if file_offset.is_some_and(|o| o < 0) {
+        return Err(invalid("fixed file offset is negative"));
+    }
+    if buffer_offset.is_some_and(|o| o < 0) {
+        return Err(invalid("fixed buffer offset is negative"));
+    }
+    let op = StreamOp {
+        dir,
+        file,
+        base,
+        buf_len,
+        size,
+        file_offset,
+        buffer_offset,
+        slots,
+    };
+    crate::gpu::runtime().launch_host_func(stream, Box::new(move || op.run()))
+}
+
+/// Enqueues a read into `base + *buffer_offset_p` of `*size_p` bytes at
+/// `*file_offset_p` on `stream`; the stream writes the bytes read (or a
+/// negative error) to `*bytes_read_p` when it runs the read.
+///
+/// # Safety
+/// The four pointers must be valid and aligned, and the buffer range valid
+/// for writes, until the stream has run the operation (e.g. until
+/// `gpu::runtime().stream_synchronize(stream)` returns).
+pub unsafe fn read_async(
+    handle: u64,
+    base: usize,
+    size_p: *const usize,
+    file_offset_p: *const i64,
+    buffer_offset_p: *const i64,
+    bytes_read_p: *mut isize,
+    stream: usize,
+) -> Result<()> {
+    let slots = raw_slots(size_p, file_offset_p, buffer_offset_p, bytes_read_p)?;
+    enqueue(Dir::Read, handle, base, None, slots, stream)
+}
+
+/// Enqueues a write of `*size_p` bytes from `base + *buffer_offset_p` to
+/// `*file_offset_p` on `stream`; the stream writes the bytes written (or a
+/// negative error) to `*bytes_written_p`.
+///
+/// # Safety
+/// As [`read_async`], with the buffer range valid for reads.
+pub unsafe fn write_async(
+    handle: u64,
+    base: usize,
+    size_p: *const usize,
+    file_offset_p: *const i64,
+    buffer_offset_p: *const i64,
+    bytes_written_p: *mut isize,
+    stream: usize,
+) -> Result<()> {
+    let slots = raw_slots(size_p, file_offset_p, buffer_offset_p, bytes_written_p)?;
+    enqueue(Dir::Write, handle, base, None, slots, stream)
+}
+
+fn raw_slots(
+    size_p: *const usize,
+    file_offset_p: *const i64,
+    buffer_offset_p: *const i64,
+    out_p: *mut isize,
+) -> Result<RawSlots> {
+    if size_p.is_null() || file_offset_p.is_null() || buffer_offset_p.is_null() || out_p.is_null() {
+        return Err(invalid("an async size, offset or result pointer is null"));
+    }
+    Ok(RawSlots {
+        size: size_p as usize,
+        file_offset: file_offset_p as usize,
+        buffer_offset: buffer_offset_p as usize,
+        out: out_p as usize,
+    })
+}
+
+impl FileHandle {
+    fn async_op(
+        &self,
+        dir: Dir,
+        buffer: &Buffer<'_>,
+        args: &Arc<AsyncArgs>,
+        stream: usize,
+    ) -> Result<()> {
+        let handle = self.handle().ok_or_else(|| {
+            Error::new(
+                OpError::HandleNotRegistered,
+                format!("{} is not open", self.path().display()),
+            )
+        })?;
+        args.done.store(false, Ordering::Release);
+        let base = buffer.ptr() as usize;
+        enqueue(
+            dir,
+            handle,
+            base,
+            Some(buffer.len()),
+            Arc::clone(args),
+            stream,
+        )
+    }
+
+    /// Enqueues a read into `buffer` on `stream`, with the size and offsets
+    /// in `args` (read when the stream gets there unless FIXED); the result
+    /// lands in [`AsyncArgs::result`]. A range past the buffer's end fails
+    /// the operation with `-InvalidValue`.
+    ///
+    /// # Safety
+    /// The buffer's memory must stay valid until the stream has run the
+    /// operation, even if `buffer` itself is dropped before.
+    pub unsafe fn read_async(
+        &self,
+        buffer: &Buffer<'_>,
+        args: &Arc<AsyncArgs>,
+        stream: usize,
+    ) -> Result<()> {
+        self.async_op(Dir::Read, buffer, args, stream)
+    }
+
+    /// Enqueues a write from `buffer` on `stream`: see [`FileHandle::read_async`].
+    ///
+    /// # Safety
+    /// As [`FileHandle::read_async`].
+    pub unsafe fn write_async(
+        &self,
+        buffer: &Buffer<'_>,
+        args: &Arc<AsyncArgs>,
+        stream: usize,
+    ) -> Result<()> {
+        self.async_op(Dir::Write, buffer, args, stream)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_outside_the_mask_are_invalid_and_inside_are_accepted() {
+        let s = 0x5eed_0001;
+        assert_eq!(
+            stream_register(s, 0x10).unwrap_err().op(),
+            OpError::InvalidValue
+        );
+        assert_eq!(stream_flags(s), None);
+        stream_register(s, STREAM_FLAGS_MASK).unwrap();
+        stream_register(s, STREAM_FIXED_FILE_SIZE).unwrap();
+        assert_eq!(stream_flags(s), Some(STREAM_FIXED_FILE_SIZE));
+        stream_deregister(s).unwrap();
+        assert_eq!(
+            stream_deregister(s).unwrap_err().op(),
+            OpError::InvalidValue
+        );
+    }
+}
