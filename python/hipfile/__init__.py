@@ -1,0 +1,43 @@
+"""hipfile: GPU-direct storage (the hipFile API) for Python.
+
+The API is the one AMD's ``hipfile`` bindings document (``Driver``,
+``FileHandle``, ``Buffer``, ``HipFileException``, ``OpError``,
+``FileHandleType``, ``get_version``, ``driver_get_properties``), backed by
+the hipfs Rust core. Beyond the reference, memory arguments accept numpy,
+CuPy and PyTorch arrays (buffer protocol, ``__cuda_array_interface__``,
+DLPack) directly.
+
+Example::
+
+    import os, numpy as np, hipfile
+    data = np.empty(1 << 20, dtype=np.uint8)
+    with hipfile.Driver(), hipfile.FileHandle("/data/x", os.O_RDONLY) as fh:
+        n = fh.read(data, data.nbytes, 0, 0)
+"""
+
+from . import _hipfile
+from ._driver import Driver, driver_get_properties, get_version
+from ._enums import FileHandleType, OpError
+from ._errors import HipFileException
+from ._file import FileHandle
+from ._memory import Buffer
+
+#: ``HIPFILE_RDMA_REGISTER``: also register a buffer with the RDMA transport.
+RDMA_REGISTER: int = _hipfile.RDMA_REGISTER
+#: ``HIPFILE_RDMA_RELAXED_ORDERING``.
+RDMA_RELAXED_ORDERING: int = _hipfile.RDMA_RELAXED_ORDERING
+
+__version__: str = _hipfile.__version__
+
+__all__ = [
+    "Buffer",
+    "Driver",
+    "FileHandle",
+    "FileHandleType",
+    "HipFileException",
+    "OpError",
+    "RDMA_REGISTER",
+    "RDMA_RELAXED_ORDERING",
+    "driver_get_properties",
+    "get_version",
+]
