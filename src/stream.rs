@@ -133,7 +133,7 @@ impl AsyncArgs {
 }
 
 /// Where an operation reads its arguments and writes its result.
-trait ArgSlots: Send + 'static {
+trait ArgSlots: Send + Sync + 'static {
     fn size(&self) -> usize;
     fn file_offset(&self) -> i64;
     fn buffer_offset(&self) -> i64;
@@ -167,21 +167,21 @@ struct RawSlots {
 
 impl ArgSlots for RawSlots {
     fn size(&self) -> usize {
-        // SAFETY: read_async/write_async's contract: the pointer is valid and
-        // aligned until the stream has run the operation.
-        unsafe { std::ptr::read(self.size as *const usize) }
+        // SAFETY: read_async/write_async's contract: the pointer is valid
+        // until the stream has run the operation (C callers may not align it).
+        unsafe { std::ptr::read_unaligned(self.size as *const usize) }
     }
     fn file_offset(&self) -> i64 {
         // SAFETY: as above.
-        unsafe { std::ptr::read(self.file_offset as *const i64) }
+        unsafe { std::ptr::read_unaligned(self.file_offset as *const i64) }
     }
     fn buffer_offset(&self) -> i64 {
         // SAFETY: as above.
-        unsafe { std::ptr::read(self.buffer_offset as *const i64) }
+        unsafe { std::ptr::read_unaligned(self.buffer_offset as *const i64) }
     }
     fn finish(&self, v: isize) {
         // SAFETY: as above, and the result pointer is writable.
-        unsafe { std::ptr::write(self.out as *mut isize, v) }
+        unsafe { std::ptr::write_unaligned(self.out as *mut isize, v) }
     }
 }
 
@@ -223,15 +223,43 @@ impl<S: ArgSlots> StreamOp<S> {
         }
     }
 
-    fn run(self) {
+    /// Bytes moved or the negative error, never a panic.
+    fn outcome(&self) -> isize {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute()))
             .unwrap_or_else(|_| Err(Error::new(OpError::InternalError, "async I/O panicked")));
-        let v = match r {
+        match r {
             Ok(n) => n as isize,
             Err(e) => {
                 log::debug!("async {:?} on stream failed: {e}", self.dir);
                 error_value(&e)
             }
+        }
+    }
+
+    fn run(self) {
+        // A CUDA/HIP host function must not call the GPU runtime itself (it
+        // may deadlock or fail), and the bounce path into device memory does.
+        // So on a GPU runtime the I/O runs on a helper thread while the host
+        // function holds the stream until it is done; the helper's copies use
+        // their own non-blocking streams. The host runtime's emulated stream
+        // is an ordinary thread and runs the I/O itself.
+        let v = if crate::gpu::runtime().name() == "host" {
+            self.outcome()
+        } else {
+            std::thread::scope(|scope| {
+                match std::thread::Builder::new()
+                    .name("hipfs-async-io".into())
+                    .spawn_scoped(scope, || self.outcome())
+                {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or(-(OpError::InternalError.code() as isize)),
+                    Err(e) => {
+                        log::warn!("async I/O: cannot start a helper thread: {e}");
+                        -(OpError::InternalError.code() as isize)
+                    }
+                }
+            })
         };
         self.slots.finish(v);
     }
@@ -281,7 +309,7 @@ fn enqueue<S: ArgSlots>(
 /// negative error) to `*bytes_read_p` when it runs the read.
 ///
 /// # Safety
-/// The four pointers must be valid and aligned, and the buffer range valid
+/// The four pointers must be valid, and the buffer range valid
 /// for writes, until the stream has run the operation (e.g. until
 /// `gpu::runtime().stream_synchronize(stream)` returns).
 pub unsafe fn read_async(

@@ -19,15 +19,54 @@ use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
 
 /// Opens the driver once for the whole binary and never closes it (tests
-/// run in parallel threads and share it). Streams here are plain numbers,
-/// which only the host runtime's emulated streams accept.
+/// run in parallel threads and share it). Without `HIPFS_TEST_GPU=1` the
+/// host runtime is forced, whose emulated streams are plain numbers; with it
+/// (on the GPU machine) the real runtime runs everything, streams included,
+/// and the device-memory tests run too.
 fn setup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        std::env::set_var("HIPFS_GPU_RUNTIME", "host");
+        let gpu = std::env::var_os("HIPFS_TEST_GPU").is_some_and(|v| v == "1");
+        if !gpu {
+            std::env::set_var("HIPFS_GPU_RUNTIME", "host");
+        }
         hipfs::driver_open().unwrap();
-        assert_eq!(hipfs::gpu::runtime().name(), "host");
+        let rt = hipfs::gpu::runtime();
+        if gpu {
+            assert!(
+                rt.device_count() > 0,
+                "HIPFS_TEST_GPU=1 but {}",
+                hipfs::gpu::selection_message()
+            );
+        } else {
+            assert_eq!(rt.name(), "host");
+        }
     });
+}
+
+/// A stream for one test: a number on the host runtime, a real
+/// non-blocking stream on a GPU runtime (destroyed on drop).
+struct TestStream(usize);
+
+impl TestStream {
+    fn new(tag: usize) -> TestStream {
+        let rt = hipfs::gpu::runtime();
+        if rt.name() == "host" {
+            TestStream(tag)
+        } else {
+            TestStream(rt.stream_create(0).unwrap())
+        }
+    }
+}
+
+impl Drop for TestStream {
+    fn drop(&mut self) {
+        let rt = hipfs::gpu::runtime();
+        if rt.name() != "host" {
+            let _ = rt.stream_synchronize(self.0);
+            rt.stream_destroy(self.0);
+        }
+    }
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -45,7 +84,9 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 /// A file with `data` in a temp dir on the target's disk (not tmpfs, so
 /// the O_DIRECT path is exercised where the filesystem allows it).
 fn file_with(tag: &str, data: &[u8]) -> (tempfile::TempDir, PathBuf) {
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let base = std::env::var_os("HIPFS_TEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
     std::fs::create_dir_all(&base).unwrap();
     let dir = tempfile::Builder::new()
         .prefix(tag)
@@ -612,7 +653,8 @@ fn sync(stream: usize) {
 #[test]
 fn a_write_then_a_read_on_one_stream_sees_the_write() {
     setup();
-    let stream = 0xA5_0001;
+    let stream_s = TestStream::new(0xA5_0001);
+    let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
     let (_d, path) = file_with("async-order", &vec![0u8; 64 * 1024]);
     let fh = open(&path, libc::O_RDWR);
@@ -668,7 +710,8 @@ fn a_write_then_a_read_on_one_stream_sees_the_write() {
 #[test]
 fn size_and_offsets_are_read_when_the_stream_reaches_the_operation() {
     setup();
-    let stream = 0xA5_0002;
+    let stream_s = TestStream::new(0xA5_0002);
+    let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
     let data = pattern(64 * 1024, 8);
     let (_d, path) = file_with("async-late", &data);
@@ -721,7 +764,8 @@ fn fixed_flags_capture_their_values_at_enqueue_time() {
     let mut buf_mem = vec![0u8; 16 * 1024];
     let buf = Buffer::from_slice(&mut buf_mem, 0);
     // All three fixed: later changes are ignored.
-    let all = 0xA5_0003;
+    let all_s = TestStream::new(0xA5_0003);
+    let all = all_s.0;
     stream_register(
         all,
         STREAM_FIXED_FILE_SIZE | STREAM_FIXED_FILE_OFFSET | STREAM_FIXED_BUF_OFFSET,
@@ -743,7 +787,8 @@ fn fixed_flags_capture_their_values_at_enqueue_time() {
     assert_eq!(&mem[512..2560], &data[1024..3072]);
     assert!(mem[9_000..9_010].iter().all(|x| *x == 0));
     // Only the size fixed: the file offset is still read late.
-    let size_only = 0xA5_0004;
+    let size_only_s = TestStream::new(0xA5_0004);
+    let size_only = size_only_s.0;
     stream_register(size_only, STREAM_FIXED_FILE_SIZE).unwrap();
     let args = AsyncArgs::new(300, 0, 12_000);
     let gate = block_stream(size_only);
@@ -774,7 +819,8 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let mut mem = vec![0u8; 4096];
     let buf = Buffer::from_slice(&mut mem, 0);
     let args = AsyncArgs::new(4096, 0, 0);
-    let stream = 0xA5_0005;
+    let stream_s = TestStream::new(0xA5_0005);
+    let stream = stream_s.0;
     // SAFETY (all calls): refused before anything is enqueued.
     let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
     assert_eq!(err.op(), OpError::InvalidValue);
@@ -841,7 +887,8 @@ fn mem_ptr(buf: &Buffer<'_>) -> usize {
 #[test]
 fn async_failures_land_in_the_result_as_negative_errors() {
     setup();
-    let stream = 0xA5_0006;
+    let stream_s = TestStream::new(0xA5_0006);
+    let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
     let (_d, path) = file_with("async-fail", &pattern(8192, 11));
     let wo = open(&path, libc::O_WRONLY);
@@ -879,7 +926,8 @@ unsafe fn fh_read(fh: &FileHandle, buf: &Buffer<'_>, args: &Arc<AsyncArgs>, stre
 #[test]
 fn many_async_operations_on_one_stream_run_in_order() {
     setup();
-    let stream = 0xA5_0007;
+    let stream_s = TestStream::new(0xA5_0007);
+    let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
     let (_d, path) = file_with("async-many", &vec![0u8; 4096]);
     let fh = open(&path, libc::O_RDWR);
@@ -910,4 +958,175 @@ fn many_async_operations_on_one_stream_run_in_order() {
     }
     assert!(std::fs::read(&path).unwrap().iter().all(|x| *x == 99));
     stream_deregister(stream).unwrap();
+}
+
+// ---------------------------------------------------------------- device memory
+
+/// Device memory on GPU 0, freed on drop; `None` on the host runtime.
+struct DeviceMem {
+    ptr: usize,
+    len: usize,
+}
+
+impl DeviceMem {
+    fn new(len: usize, poison: u8) -> Option<DeviceMem> {
+        let rt = hipfs::gpu::runtime();
+        if rt.device_count() == 0 {
+            eprintln!("skipped: no GPU (run with HIPFS_TEST_GPU=1 on the GPU machine)");
+            return None;
+        }
+        let ptr = rt.device_alloc(0, len).unwrap();
+        rt.device_memset(ptr, poison, len).unwrap();
+        Some(DeviceMem { ptr, len })
+    }
+    fn to_host(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        hipfs::gpu::runtime()
+            .copy_from_device(&mut v, self.ptr)
+            .unwrap();
+        v
+    }
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        hipfs::gpu::runtime().device_free(self.ptr);
+    }
+}
+
+#[test]
+fn batch_reads_into_and_writes_from_registered_device_memory() {
+    setup();
+    let Some(dev) = DeviceMem::new(4 << 20, 0xEE) else {
+        return;
+    };
+    // SAFETY: dev outlives buf (declared before it, dropped after).
+    let buf = unsafe { Buffer::new(dev.ptr as *mut u8, dev.len, 0) };
+    buf.register().unwrap();
+    let data = pattern(4 << 20, 21);
+    let (_d, path) = file_with("dev-batch", &data);
+    let (_d2, out_path) = file_with("dev-batch-out", &vec![0u8; 4 << 20]);
+    let fh = open(&path, libc::O_RDONLY);
+    let out = open(&out_path, libc::O_RDWR);
+    let batch = BatchIo::setup(64).unwrap();
+    // 48 reads of odd sizes from odd file offsets to odd buffer offsets, disjoint.
+    let reads: Vec<IoParams> = (0..48)
+        .map(|i| IoParams {
+            handle: fh.handle().unwrap(),
+            opcode: Opcode::Read,
+            buf_base: dev.ptr,
+            buf_offset: i * 87_381 + 3,
+            file_offset: (47 - i) * 87_000 + 11,
+            size: 50_000 + i as usize * 613,
+            cookie: i as usize,
+        })
+        .collect();
+    // SAFETY: dev outlives the I/O: all events are collected below.
+    unsafe { batch.submit(&reads, 0) }.unwrap();
+    let ev = batch
+        .get_status(48, 64, Some(Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(ev.len(), 48);
+    let mem = dev.to_host();
+    let mut covered = vec![false; dev.len];
+    for e in &ev {
+        let p = reads[e.cookie];
+        assert_eq!(
+            (e.status, e.ret),
+            (Status::Complete, p.size as isize),
+            "{e:?}"
+        );
+        let (b, f) = (p.buf_offset as usize, p.file_offset as usize);
+        assert_eq!(
+            &mem[b..b + p.size],
+            &data[f..f + p.size],
+            "read {}",
+            e.cookie
+        );
+        covered[b..b + p.size].iter_mut().for_each(|c| *c = true);
+    }
+    assert!(
+        mem.iter().zip(&covered).all(|(x, c)| *c || *x == 0xEE),
+        "bytes outside the reads stay poisoned"
+    );
+    // Write the same ranges back to a second file, at the offsets they came from.
+    let writes: Vec<IoParams> = reads
+        .iter()
+        .map(|p| IoParams {
+            handle: out.handle().unwrap(),
+            opcode: Opcode::Write,
+            ..*p
+        })
+        .collect();
+    // SAFETY: as above.
+    unsafe { batch.submit(&writes, 0) }.unwrap();
+    let ev = batch
+        .get_status(48, 64, Some(Duration::from_secs(60)))
+        .unwrap();
+    assert!(ev.iter().all(|e| e.status == Status::Complete), "{ev:?}");
+    let on_disk = std::fs::read(&out_path).unwrap();
+    for p in &writes {
+        let f = p.file_offset as usize;
+        assert_eq!(&on_disk[f..f + p.size], &data[f..f + p.size]);
+    }
+    drop(batch);
+    buf.deregister().unwrap();
+}
+
+#[test]
+fn async_reads_and_writes_move_unregistered_device_memory_in_stream_order() {
+    setup();
+    let Some(dev) = DeviceMem::new(8 << 20, 0xEE) else {
+        return;
+    };
+    let s = TestStream::new(0xA5_0008);
+    stream_register(s.0, 0).unwrap();
+    let data = pattern(8 << 20, 22);
+    let (_d, path) = file_with("dev-async", &data);
+    let (_d2, out_path) = file_with("dev-async-out", &vec![0u8; 8 << 20]);
+    let fh = open(&path, libc::O_RDONLY);
+    let out = open(&out_path, libc::O_RDWR);
+    let (size, foff, boff) = ((6 << 20) + 12_345usize, 999i64, 4_097i64);
+    let (mut read, mut wrote) = (-777isize, -777isize);
+    // SAFETY: the locals and dev outlive the stream's work: synchronized below.
+    unsafe {
+        read_async(
+            fh.handle().unwrap(),
+            dev.ptr,
+            &size,
+            &foff,
+            &boff,
+            &mut read,
+            s.0,
+        )
+        .unwrap();
+        write_async(
+            out.handle().unwrap(),
+            dev.ptr,
+            &size,
+            &foff,
+            &boff,
+            &mut wrote,
+            s.0,
+        )
+        .unwrap();
+    }
+    sync(s.0);
+    // SAFETY: the stream is done with them.
+    let (read, wrote) = unsafe {
+        (
+            std::ptr::read_volatile(&read),
+            std::ptr::read_volatile(&wrote),
+        )
+    };
+    assert_eq!((read, wrote), (size as isize, size as isize));
+    let mem = dev.to_host();
+    let (b, f) = (boff as usize, foff as usize);
+    assert_eq!(&mem[b..b + size], &data[f..f + size]);
+    assert!(mem[..b].iter().chain(&mem[b + size..]).all(|x| *x == 0xEE));
+    assert_eq!(
+        &std::fs::read(&out_path).unwrap()[f..f + size],
+        &data[f..f + size]
+    );
+    stream_deregister(s.0).unwrap();
 }
