@@ -219,7 +219,13 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
             mountpoint: config.mountpoint.clone(),
             source,
         })?;
-    let connection = connection_id(&mountpoint);
+    let device = mount_device(&mountpoint);
+    let connection = device.map(|(major, minor)| (major << 20) | minor);
+    if let Some((major, minor)) = device {
+        if !config.direct_io {
+            raise_readahead(major, minor, config.max_readahead);
+        }
+    }
     let background = session.spawn().map_err(|source| FuseError::Session {
         mountpoint: mountpoint.clone(),
         source,
@@ -246,15 +252,24 @@ pub fn mount_foreground(backend: Arc<dyn Backend>, config: MountConfig) -> Resul
     })
 }
 
-/// The FUSE connection number of the mount at `mountpoint` (the name of its directory under
-/// `/sys/fs/fuse/connections`), found in the mount table rather than by `stat`, which would
-/// need the session to answer.
-fn connection_id(mountpoint: &Path) -> Option<u32> {
+/// The device number of the mount at `mountpoint`, from the mount table rather than `stat`
+/// (which would need the session to answer). The FUSE connection's directory under
+/// `/sys/fs/fuse/connections` is named after the kernel's dev_t, `major << 20 | minor`.
+fn mount_device(mountpoint: &Path) -> Option<(u32, u32)> {
     let entries = read_mountinfo().ok()?;
     let m = entries.iter().rev().find(|m| m.mount_point == mountpoint)?;
-    // The kernel names the directory after its own dev_t, MKDEV(major, minor) = major << 20 |
-    // minor.
-    Some((m.major << 20) | m.minor)
+    Some((m.major, m.minor))
+}
+
+/// The kernel offers FUSE only its default readahead (128 KiB) at INIT, so page-cache reads
+/// would reach the backend in 128 KiB requests however large `max_readahead` is; the mount's
+/// backing device takes a larger window through sysfs (root only; otherwise the default
+/// stays, logged).
+fn raise_readahead(major: u32, minor: u32, bytes: u32) {
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&path, format!("{}", bytes / 1024)) {
+        info!("readahead stays at the kernel default: cannot write {path}: {e}");
+    }
 }
 
 /// A live mount served in the background. Unmounts when dropped.
