@@ -7,6 +7,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -17,7 +18,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr, Request, WriteFlags,
 };
-use log::{debug, warn};
+use log::{debug, error, warn};
 
 use crate::credentials::GroupCache;
 use crate::identify::{encode_identify_reply, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN};
@@ -49,6 +50,25 @@ impl FuseAdapter {
             backend,
             opts,
             groups: GroupCache::default(),
+        }
+    }
+
+    /// Runs one backend call; a panic in the backend becomes `EIO` for that request instead
+    /// of killing the session thread (which would leave the mount with fewer threads, or
+    /// none).
+    fn call<T>(&self, f: impl FnOnce(&dyn Backend) -> Result<T, Errno>) -> Result<T, Errno> {
+        self.guarded(f).unwrap_or(Err(Errno::EIO))
+    }
+
+    /// Like [`Self::call`] for calls without a result: `None` if the backend panicked.
+    fn guarded<T>(&self, f: impl FnOnce(&dyn Backend) -> T) -> Option<T> {
+        let backend: &dyn Backend = self.backend.as_ref();
+        match panic::catch_unwind(AssertUnwindSafe(|| f(backend))) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                error!("backend panicked; answering EIO");
+                None
+            }
         }
     }
 
@@ -100,7 +120,7 @@ impl FuseAdapter {
     /// Gives back the lookup counts of readdir entries the kernel never received.
     fn forget_undelivered(&self, entries: &[DirEntryPlus]) {
         for e in entries.iter().filter(|e| !is_dot(&e.name)) {
-            self.backend.forget(e.entry.attr.ino, 1);
+            self.guarded(|b| b.forget(e.entry.attr.ino, 1));
         }
     }
 }
@@ -222,7 +242,7 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = self.backend.lookup(parent.0, name, &self.cred(req));
+        let r = self.call(|b| b.lookup(parent.0, name, &self.cred(req)));
         if r == Err(Errno::ENOENT) && !self.opts.negative_timeout.is_zero() {
             // An entry with node id 0 is the protocol's cacheable "no such name".
             let mut none = to_fuse_attr(&NEGATIVE_ATTR);
@@ -238,14 +258,11 @@ impl Filesystem for FuseAdapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.backend.forget(ino.0, nlookup);
+        self.guarded(|b| b.forget(ino.0, nlookup));
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self
-            .backend
-            .getattr(ino.0, fh.map(|f| f.0), &self.cred(req))
-        {
+        match self.call(|b| b.getattr(ino.0, fh.map(|f| f.0), &self.cred(req))) {
             Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
             Err(e) => reply.error(fe(e)),
         }
@@ -281,7 +298,7 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(to_time),
             fh: fh.map(|f| f.0),
         };
-        match self.backend.setattr(ino.0, &changes, &self.cred(req)) {
+        match self.call(|b| b.setattr(ino.0, &changes, &self.cred(req))) {
             Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
             Err(e) => reply.error(fe(e)),
         }
@@ -289,7 +306,7 @@ impl Filesystem for FuseAdapter {
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         use std::os::unix::ffi::OsStrExt;
-        match self.backend.readlink(ino.0, &self.cred(req)) {
+        match self.call(|b| b.readlink(ino.0, &self.cred(req))) {
             Ok(target) => reply.data(target.as_bytes()),
             Err(e) => reply.error(fe(e)),
         }
@@ -308,9 +325,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let r = self
-            .backend
-            .mknod(parent.0, name, mode, umask, rdev, &self.cred(req));
+        let r = self.call(|b| b.mknod(parent.0, name, mode, umask, rdev, &self.cred(req)));
         self.reply_entry(reply, r);
     }
 
@@ -326,9 +341,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let r = self
-            .backend
-            .mkdir(parent.0, name, mode, umask, &self.cred(req));
+        let r = self.call(|b| b.mkdir(parent.0, name, mode, umask, &self.cred(req)));
         self.reply_entry(reply, r);
     }
 
@@ -336,7 +349,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.backend.unlink(parent.0, name, &self.cred(req)) {
+        match self.call(|b| b.unlink(parent.0, name, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -346,7 +359,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.backend.rmdir(parent.0, name, &self.cred(req)) {
+        match self.call(|b| b.rmdir(parent.0, name, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -363,9 +376,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let r = self
-            .backend
-            .symlink(parent.0, link_name, target, &self.cred(req));
+        let r = self.call(|b| b.symlink(parent.0, link_name, target, &self.cred(req)));
         self.reply_entry(reply, r);
     }
 
@@ -382,14 +393,16 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let r = self.backend.rename(
-            parent.0,
-            name,
-            newparent.0,
-            newname,
-            flags.bits(),
-            &self.cred(req),
-        );
+        let r = self.call(|b| {
+            b.rename(
+                parent.0,
+                name,
+                newparent.0,
+                newname,
+                flags.bits(),
+                &self.cred(req),
+            )
+        });
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
@@ -407,9 +420,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        let r = self
-            .backend
-            .link(ino.0, newparent.0, newname, &self.cred(req));
+        let r = self.call(|b| b.link(ino.0, newparent.0, newname, &self.cred(req)));
         self.reply_entry(reply, r);
     }
 
@@ -421,7 +432,7 @@ impl Filesystem for FuseAdapter {
                 return reply.error(e);
             }
         }
-        match self.backend.open(ino.0, flags.0, &self.cred(req)) {
+        match self.call(|b| b.open(ino.0, flags.0, &self.cred(req))) {
             Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
             Err(e) => reply.error(fe(e)),
         }
@@ -438,10 +449,7 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self
-            .backend
-            .read(ino.0, fh.0, offset, size, &self.cred(req))
-        {
+        match self.call(|b| b.read(ino.0, fh.0, offset, size, &self.cred(req))) {
             Ok(data) if data.len() <= size as usize => reply.data(&data),
             Ok(data) => {
                 // More than asked would overrun the kernel's buffer: a backend bug, not data.
@@ -470,10 +478,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self
-            .backend
-            .write(ino.0, fh.0, offset, data, &self.cred(req))
-        {
+        match self.call(|b| b.write(ino.0, fh.0, offset, data, &self.cred(req))) {
             Ok(n) if n <= data.len() => reply.written(n as u32),
             Ok(n) => {
                 warn!("backend claims {n} bytes written of {}", data.len());
@@ -491,10 +496,7 @@ impl Filesystem for FuseAdapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self
-            .backend
-            .flush(ino.0, fh.0, lock_owner.0, &self.cred(req))
-        {
+        match self.call(|b| b.flush(ino.0, fh.0, lock_owner.0, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -510,7 +512,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.backend.release(ino.0, fh.0, flags.0, &self.cred(req)) {
+        match self.call(|b| b.release(ino.0, fh.0, flags.0, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -524,14 +526,14 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.backend.fsync(ino.0, fh.0, datasync, &self.cred(req)) {
+        match self.call(|b| b.fsync(ino.0, fh.0, datasync, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.backend.opendir(ino.0, flags.0, &self.cred(req)) {
+        match self.call(|b| b.opendir(ino.0, flags.0, &self.cred(req))) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(fe(e)),
         }
@@ -545,7 +547,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let entries = match self.backend.readdir(ino.0, fh.0, offset, &self.cred(req)) {
+        let entries = match self.call(|b| b.readdir(ino.0, fh.0, offset, &self.cred(req))) {
             Ok(entries) => entries,
             Err(e) => return reply.error(fe(e)),
         };
@@ -569,7 +571,7 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries = match self.backend.readdir(ino.0, fh.0, offset, &self.cred(req)) {
+        let entries = match self.call(|b| b.readdir(ino.0, fh.0, offset, &self.cred(req))) {
             Ok(entries) => entries,
             Err(e) => return reply.error(fe(e)),
         };
@@ -600,7 +602,7 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        match self.backend.releasedir(ino.0, fh.0, &self.cred(req)) {
+        match self.call(|b| b.releasedir(ino.0, fh.0, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -614,17 +616,14 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self
-            .backend
-            .fsyncdir(ino.0, fh.0, datasync, &self.cred(req))
-        {
+        match self.call(|b| b.fsyncdir(ino.0, fh.0, datasync, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        match self.backend.statfs(ino.0, &self.cred(req)) {
+        match self.call(|b| b.statfs(ino.0, &self.cred(req))) {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
@@ -645,17 +644,14 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self
-            .backend
-            .setxattr(ino.0, name, value, flags, &self.cred(req))
-        {
+        match self.call(|b| b.setxattr(ino.0, name, value, flags, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.backend.getxattr(ino.0, name, &self.cred(req)) {
+        match self.call(|b| b.getxattr(ino.0, name, &self.cred(req))) {
             Ok(value) => reply_xattr(reply, size, &value),
             Err(e) => reply.error(fe(e)),
         }
@@ -663,7 +659,7 @@ impl Filesystem for FuseAdapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         use std::os::unix::ffi::OsStrExt;
-        match self.backend.listxattr(ino.0, &self.cred(req)) {
+        match self.call(|b| b.listxattr(ino.0, &self.cred(req))) {
             Ok(names) => {
                 let mut buf = Vec::new();
                 for n in &names {
@@ -680,7 +676,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.backend.removexattr(ino.0, name, &self.cred(req)) {
+        match self.call(|b| b.removexattr(ino.0, name, &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -692,7 +688,7 @@ impl Filesystem for FuseAdapter {
                 return reply.error(e);
             }
         }
-        match self.backend.access(ino.0, mask.bits(), &self.cred(req)) {
+        match self.call(|b| b.access(ino.0, mask.bits(), &self.cred(req))) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(fe(e)),
         }
@@ -711,10 +707,7 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self
-            .backend
-            .create(parent.0, name, mode, umask, flags, &self.cred(req))
-        {
+        match self.call(|b| b.create(parent.0, name, mode, umask, flags, &self.cred(req))) {
             Ok((e, fh)) => reply.created(
                 &self.combined_ttl(),
                 &to_fuse_attr(&e.attr),
@@ -743,7 +736,7 @@ impl Filesystem for FuseAdapter {
         if (out_size as usize) < IDENTIFY_BUF_LEN {
             return reply.error(fuser::Errno::from_i32(libc::EINVAL));
         }
-        let Some(payload) = self.backend.identify(ino.0, fh.0) else {
+        let Some(payload) = self.guarded(|b| b.identify(ino.0, fh.0)).flatten() else {
             return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
         };
         match encode_identify_reply(&payload) {
