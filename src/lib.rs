@@ -25,6 +25,7 @@ pub mod gpu;
 pub mod handle;
 pub mod io;
 pub mod rdma_hooks;
+pub mod remote;
 pub mod stats;
 pub mod stream;
 pub mod userspace;

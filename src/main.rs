@@ -35,6 +35,12 @@ enum Cmd {
     ///
     /// Example: HIPFS_STATS=1 hipfs bench read /data/big.bin
     Stats,
+    /// Export a directory to hipfs clients.
+    Serve(hipfs::cli::remote_cmds::ServeArgs),
+    /// Mount a hipfs export (or serve and mount a local directory with --local).
+    Mount(hipfs::cli::remote_cmds::MountArgs),
+    /// Unmount a hipfs mount.
+    Umount(hipfs::cli::remote_cmds::UmountArgs),
 }
 
 #[derive(Subcommand)]
@@ -112,6 +118,9 @@ fn main() -> ExitCode {
             }
             Ok(())
         }
+        Cmd::Serve(a) => hipfs::cli::remote_cmds::run_serve(&a),
+        Cmd::Mount(a) => hipfs::cli::remote_cmds::run_mount(&a),
+        Cmd::Umount(a) => hipfs::cli::remote_cmds::run_umount(&a),
         Cmd::Stats => {
             println!("{}", hipfs::stats::snapshot());
             Ok(())

@@ -1,0 +1,313 @@
+//! `hipfs serve`, `hipfs mount`, `hipfs umount`, `hipfs stats MOUNTPOINT`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::remote::mount::{mount_local, mount_remote, MountOptions};
+use crate::remote::server::{IdentityPolicy, ServeConfig, Server};
+use crate::remote::RemoteError;
+
+/// `hipfs serve DIR --listen ADDR ...`
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Export a directory to hipfs clients",
+    long_about = "Export DIR to hipfs clients. Runs in the foreground until SIGTERM or Ctrl-C, then finishes the requests in flight and exits.\n\nExample: hipfs serve /srv/datasets --listen 0.0.0.0:7471 --token-file /etc/hipfs/token --read-only"
+)]
+pub struct ServeArgs {
+    /// The directory to export.
+    pub dir: PathBuf,
+    /// Address to listen on (ip:port).
+    #[arg(long, default_value = "127.0.0.1:7471")]
+    pub listen: String,
+    /// Refuse every change with EROFS.
+    #[arg(long)]
+    pub read_only: bool,
+    /// File holding the shared secret clients must prove they know (at least 16 bytes).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Transport: auto (verbs when the host has an RDMA device, else tcp), tcp, verbs.
+    #[arg(long, default_value = "auto")]
+    pub transport: String,
+    /// Act as nobody (65534) for requests made by root on a client.
+    #[arg(long)]
+    pub squash_root: bool,
+    /// Act as UID:GID for every request.
+    #[arg(long, value_name = "UID:GID")]
+    pub map_all: Option<String>,
+    /// Allow listening on a non-loopback address without --token-file.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Worker threads (default: 4 per CPU, at least 8).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+}
+
+/// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Mount a hipfs export (or serve and mount a local directory with --local)",
+    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given.\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
+)]
+pub struct MountArgs {
+    /// SERVER[:PORT] (a trailing ":/" as mount(8) passes it is accepted), or with --local the directory to serve.
+    pub source: String,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Options: ro, allow_other, direct_io, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Serve SOURCE (a local directory) inside this process and mount it.
+    #[arg(long)]
+    pub local: bool,
+    /// Stay in the foreground (logs go to stderr).
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+}
+
+/// `hipfs umount MOUNTPOINT`
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Unmount a hipfs mount",
+    long_about = "Unmount a hipfs mount (lazily if it is busy).\n\nExample: hipfs umount /mnt/data"
+)]
+pub struct UmountArgs {
+    pub mountpoint: PathBuf,
+}
+
+fn parse_map_all(s: &str) -> Result<(u32, u32), RemoteError> {
+    let bad = || RemoteError::Config(format!("--map-all {s}: expected UID:GID, e.g. 1000:1000"));
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        u.trim().parse().map_err(|_| bad())?,
+        g.trim().parse().map_err(|_| bad())?,
+    ))
+}
+
+/// Blocks SIGTERM and SIGINT in this thread (and every thread it starts
+/// afterwards) so that [`wait_for_signal`] receives them.
+fn block_term_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local value, then a thread mask change.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` is initialised and its signals are blocked in every thread.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}
+
+/// Runs `hipfs serve` until SIGTERM/SIGINT.
+pub fn run_serve(args: &ServeArgs) -> crate::Result<()> {
+    let mut cfg = ServeConfig::new(&args.dir, args.listen.clone());
+    cfg.read_only = args.read_only;
+    cfg.insecure = args.insecure;
+    cfg.workers = args.workers;
+    cfg.transport = args
+        .transport
+        .parse()
+        .map_err(|e: hipfs_rdma::Error| RemoteError::Config(e.to_string()))?;
+    if let Some(t) = &args.token_file {
+        cfg.token = Some(crate::remote::auth::Token::from_file(t)?);
+    }
+    cfg.policy = IdentityPolicy {
+        squash_root: args.squash_root,
+        map_all: args.map_all.as_deref().map(parse_map_all).transpose()?,
+    };
+    let set = block_term_signals();
+    let server = Server::start(cfg)?;
+    eprintln!(
+        "hipfs: serving {} on {}{} (SIGTERM or Ctrl-C stops)",
+        args.dir.display(),
+        server.local_addr(),
+        if args.read_only { ", read-only" } else { "" }
+    );
+    let sig = wait_for_signal(&set);
+    eprintln!("hipfs: signal {sig}: finishing requests in flight");
+    server.shutdown(Duration::from_secs(30));
+    Ok(())
+}
+
+/// `mount(8)` passes `server:/` or `server:port:/`; the export path is the
+/// server's own choice, so a trailing `:/` (or `:/anything`) is dropped.
+fn server_addr(source: &str) -> String {
+    match source.find(":/") {
+        Some(i) => source[..i].to_string(),
+        None => source.to_string(),
+    }
+}
+
+/// Runs `hipfs mount`.
+pub fn run_mount(args: &MountArgs) -> crate::Result<()> {
+    let opts = MountOptions::parse(&args.options.join(","))?;
+    if hipfs_fusefs::is_mounted(&args.mountpoint).unwrap_or(false) {
+        return Err(RemoteError::Config(format!(
+            "{} is already a mount point (hipfs umount it first)",
+            args.mountpoint.display()
+        ))
+        .into());
+    }
+    if !args.mountpoint.is_dir() {
+        return Err(RemoteError::Config(format!(
+            "mount point {} is not a directory",
+            args.mountpoint.display()
+        ))
+        .into());
+    }
+    let mountpoint = args.mountpoint.canonicalize().map_err(RemoteError::Io)?;
+    let source = if args.local {
+        args.source.clone()
+    } else {
+        server_addr(&args.source)
+    };
+    if args.local && !PathBuf::from(&source).is_dir() {
+        return Err(RemoteError::Config(format!("--local {source}: not a directory")).into());
+    }
+    let set = block_term_signals();
+    if !args.foreground {
+        // Threads must not exist before fork: everything starts in the child.
+        daemonize()?;
+    }
+    let result = if args.local {
+        mount_local(&PathBuf::from(&source), &mountpoint, &opts)
+    } else {
+        mount_remote(&source, &mountpoint, &opts)
+    };
+    let mounted = match result {
+        Ok(m) => {
+            report_ready(Ok(()));
+            m
+        }
+        Err(e) => {
+            report_ready(Err(e.to_string()));
+            return Err(e.into());
+        }
+    };
+    // Wait for a signal or for the mount to go away (umount from outside).
+    let watcher_mp = mountpoint.clone();
+    std::thread::spawn(move || {
+        // Give the mount table a moment, then poll it.
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if !hipfs_fusefs::is_mounted(&watcher_mp).unwrap_or(true) {
+                // SAFETY: raising a signal to our own process.
+                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+                return;
+            }
+        }
+    });
+    let _ = wait_for_signal(&set);
+    mounted.unmount()?;
+    Ok(())
+}
+
+static READY_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Forks; the parent waits until the child reports the mount up (exit 0) or
+/// failed (its message on stderr, exit 1). The child continues detached.
+fn daemonize() -> Result<(), RemoteError> {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: no other threads exist yet (checked by the caller's order of work).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    if pid > 0 {
+        // SAFETY: closing our copy of the write end.
+        unsafe { libc::close(fds[1]) };
+        let mut msg = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a local buffer.
+            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            msg.extend_from_slice(&buf[..n as usize]);
+        }
+        if msg == b"ok" {
+            std::process::exit(0);
+        }
+        let text = String::from_utf8_lossy(&msg);
+        eprintln!(
+            "hipfs: mount failed: {}",
+            if text.is_empty() {
+                "the mount process died"
+            } else {
+                &text
+            }
+        );
+        std::process::exit(1);
+    }
+    // SAFETY: child: its own session, away from the terminal.
+    unsafe {
+        libc::close(fds[0]);
+        libc::setsid();
+    }
+    READY_FD.store(fds[1], std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+fn report_ready(r: Result<(), String>) {
+    let fd = READY_FD.swap(-1, std::sync::atomic::Ordering::SeqCst);
+    if fd < 0 {
+        return;
+    }
+    let msg = match &r {
+        Ok(()) => b"ok".to_vec(),
+        Err(e) => e.as_bytes().to_vec(),
+    };
+    // SAFETY: writing a local buffer to our pipe, then detaching stdio.
+    unsafe {
+        libc::write(fd, msg.as_ptr().cast(), msg.len());
+        libc::close(fd);
+        if r.is_ok() {
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                libc::dup2(null, 0);
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+                libc::close(null);
+            }
+        }
+    }
+}
+
+/// Runs `hipfs umount`.
+pub fn run_umount(args: &UmountArgs) -> crate::Result<()> {
+    if !hipfs_fusefs::is_mounted(&args.mountpoint).unwrap_or(false) {
+        return Err(
+            RemoteError::Config(format!("{} is not mounted", args.mountpoint.display())).into(),
+        );
+    }
+    hipfs_fusefs::unmount_path(&args.mountpoint).map_err(RemoteError::Io)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_sources_drop_the_export_suffix_and_map_all_parses() {
+        assert_eq!(server_addr("srv:/"), "srv");
+        assert_eq!(server_addr("srv:7471:/"), "srv:7471");
+        assert_eq!(server_addr("srv:7471"), "srv:7471");
+        assert_eq!(parse_map_all("1000:100").unwrap(), (1000, 100));
+        assert!(parse_map_all("1000").is_err());
+        assert!(parse_map_all("a:b").is_err());
+    }
+}

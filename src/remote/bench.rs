@@ -1,0 +1,235 @@
+//! `hipfs bench mount`: sequential 1 MiB reads of one file through a FUSE
+//! mount beside the same reads through the remote client directly, in the
+//! same run, against the same in-process server.
+
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::client::{ClientConfig, RemoteClient};
+use super::mount::{mount_remote, MountOptions};
+use super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
+use super::server::{ServeConfig, Server};
+use super::RemoteError;
+
+/// One row of the result table.
+#[derive(Clone, Debug)]
+pub struct MountBenchRow {
+    pub path: String,
+    pub gib_per_s: f64,
+    pub ratio: f64,
+}
+
+/// Options of [`bench_mount`].
+#[derive(Clone, Debug)]
+pub struct MountBenchOptions {
+    /// The file to read; it is served from its own directory.
+    pub file: PathBuf,
+    /// Creates the file with this many bytes of pseudo-random data first when it is missing.
+    pub create_size: Option<u64>,
+    pub repeats: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn fnv(h: u64, b: &[u8]) -> u64 {
+    b.iter()
+        .fold(h, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100000001b3))
+}
+
+fn create(file: &Path, size: u64) -> Result<(), RemoteError> {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(file)?);
+    let mut x = 0x9e3779b97f4a7c15u64;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        for c in block.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
+        }
+        let n = left.min(block.len() as u64) as usize;
+        f.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    f.flush()?;
+    Ok(())
+}
+
+/// Reads the whole file through the mount, 1 MiB per read(2), after
+/// dropping the mount's cached pages; returns (bytes, checksum, seconds).
+fn read_via_mount(path: &Path) -> Result<(u64, u64, f64), RemoteError> {
+    let mut f = std::fs::File::open(path)?;
+    // SAFETY: plain advice on an fd we hold; drops cached pages of the FUSE file.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut buf = vec![0u8; MAX_IO];
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let t = Instant::now();
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        sum = fnv(sum, &buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, sum, t.elapsed().as_secs_f64()))
+}
+
+/// The same reads through the client: one request in flight, as FUSE does
+/// for a single sequential reader without readahead.
+fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64), RemoteError> {
+    let cred = WireCred::default();
+    let proto = |e: i32| RemoteError::Io(std::io::Error::from_raw_os_error(e));
+    let fh = match client
+        .call(
+            &cred,
+            Op::Open {
+                path: name.to_vec(),
+                flags: libc::O_RDONLY,
+            },
+        )
+        .map_err(proto)?
+    {
+        Payload::Opened { fh } => fh,
+        _ => return Err(RemoteError::Config("unexpected reply to open".into())),
+    };
+    let link = client.link()?;
+    let buf = link.take_recv_buf()?;
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let t = Instant::now();
+    loop {
+        let p = client
+            .call(
+                &cred,
+                Op::Read {
+                    fh,
+                    offset: total,
+                    len: MAX_IO as u32,
+                    dest: Some(ReadDest {
+                        region: buf.region.descriptor(),
+                        offset: 0,
+                    }),
+                },
+            )
+            .map_err(proto)?;
+        let Payload::Read { n, .. } = p else {
+            return Err(RemoteError::Config("unexpected reply to read".into()));
+        };
+        if n == 0 {
+            break;
+        }
+        sum = fnv(sum, buf.bytes(n as usize));
+        total += u64::from(n);
+    }
+    let secs = t.elapsed().as_secs_f64();
+    link.put_recv_buf(buf);
+    let _ = client.call(&cred, Op::Release { fh });
+    Ok((total, sum, secs))
+}
+
+/// Runs the benchmark; rows: direct client (the reference), mount.
+pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, RemoteError> {
+    if !opts.file.exists() {
+        match opts.create_size {
+            Some(n) => create(&opts.file, n)?,
+            None => {
+                return Err(RemoteError::Config(format!(
+                    "{} does not exist (pass --create SIZE to generate it)",
+                    opts.file.display()
+                )))
+            }
+        }
+    }
+    let file = opts.file.canonicalize()?;
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let name = file
+        .file_name()
+        .ok_or_else(|| RemoteError::Config("the file needs a name".into()))?
+        .as_encoded_bytes()
+        .to_vec();
+    let size = std::fs::metadata(&file)?.len();
+    let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
+    let mnt = tempfile_dir()?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &MountOptions::default())?;
+    let client = RemoteClient::connect(ClientConfig::new(server.local_addr()))?;
+    let via_mount = mnt.join(std::ffi::OsStr::from_bytes_compat(&name));
+    let mut direct = Vec::new();
+    let mut fuse = Vec::new();
+    let mut expect = None;
+    for i in 0..=opts.repeats.max(1) {
+        let (n1, s1, t1) = read_via_client(&client, &name)?;
+        let (n2, s2, t2) = read_via_mount(&via_mount)?;
+        if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+            return Err(RemoteError::Config(format!(
+                "data mismatch: client read {n1} bytes (sum {s1:x}), mount {n2} (sum {s2:x}), file has {size}"
+            )));
+        }
+        expect = Some(s1);
+        if i > 0 {
+            // The first round warms the server's page cache.
+            direct.push(size as f64 / t1 / (1u64 << 30) as f64);
+            fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+        }
+    }
+    mounted.unmount()?;
+    server.shutdown(Duration::from_secs(2));
+    let _ = std::fs::remove_dir(&mnt);
+    let d = median(direct);
+    let f = median(fuse);
+    Ok(vec![
+        MountBenchRow {
+            path: "remote client directly, 1 MiB sequential".into(),
+            gib_per_s: d,
+            ratio: 1.0,
+        },
+        MountBenchRow {
+            path: "through the FUSE mount, 1 MiB read(2)".into(),
+            gib_per_s: f,
+            ratio: if d > 0.0 { f / d } else { 0.0 },
+        },
+    ])
+}
+
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &Self;
+}
+impl FromBytesCompat for std::ffi::OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &Self {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(b)
+    }
+}
+
+fn tempfile_dir() -> Result<PathBuf, RemoteError> {
+    let p = std::env::temp_dir().join(format!("hipfs-bench-mnt-{}", std::process::id()));
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
+}
+
+/// Prints the rows as a table.
+pub fn print_mount_table(title: &str, rows: &[MountBenchRow]) {
+    println!("{title}");
+    println!("{:<44} {:>9} {:>8}", "path", "GiB/s", "ratio");
+    for r in rows {
+        println!(
+            "{:<44} {:>9.2} {:>7.0}%",
+            r.path,
+            r.gib_per_s,
+            r.ratio * 100.0
+        );
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send(_: Arc<RemoteClient>) {}

@@ -1,0 +1,213 @@
+//! One live connection to a server: the handshake, a reader thread that
+//! matches replies to waiting callers by request id, and registered receive
+//! buffers the server writes read data into.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hipfs_rdma::{Connection, LocalRegion};
+
+use super::super::auth::{random_nonce, Token};
+use super::super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Welcome, MAX_IO};
+use super::super::server::transport_config;
+use super::super::RemoteError;
+use super::ClientConfig;
+
+/// A receive buffer registered on a link: the server places read data in it.
+pub(crate) struct RecvBuf {
+    // Dropped (deregistered) before the memory.
+    pub(crate) region: Arc<LocalRegion>,
+    mem: Box<[u8]>,
+}
+
+impl RecvBuf {
+    pub(crate) fn bytes(&self, n: usize) -> &[u8] {
+        &self.mem[..n.min(self.mem.len())]
+    }
+}
+
+/// Most receive buffers kept per link.
+const MAX_RECV_BUFS: usize = 32;
+
+pub(crate) struct Link {
+    pub(crate) conn: Arc<dyn Connection>,
+    pub(crate) epoch: u64,
+    pub(crate) welcome: Welcome,
+    pending: Mutex<HashMap<u64, SyncSender<Reply>>>,
+    dead: AtomicBool,
+    recv_bufs: Mutex<Vec<RecvBuf>>,
+}
+
+fn refused_or(msg: &[u8], what: RemoteError) -> RemoteError {
+    if Kind::of(msg) == Ok(Kind::Refused) {
+        match Refused::decode(msg) {
+            Ok(r) => RemoteError::Refused(r.reason),
+            Err(e) => RemoteError::Proto(e),
+        }
+    } else {
+        what
+    }
+}
+
+fn handshake(conn: &dyn Connection, token: Option<&Token>) -> Result<Welcome, RemoteError> {
+    let t = Duration::from_secs(10);
+    let client_nonce = random_nonce()?;
+    conn.send(&Hello::new(client_nonce).encode())?;
+    let msg = conn.recv(t)?;
+    let ch = Challenge::decode(&msg).map_err(|e| refused_or(&msg, e.into()))?;
+    let mac = match (token, ch.auth_required) {
+        (Some(tok), _) => tok.client_proof(&ch.nonce, &client_nonce),
+        (None, true) => {
+            return Err(RemoteError::Auth(
+                "the server requires a token: pass -o token_file=FILE (a copy of the server's token file)".into(),
+            ))
+        }
+        (None, false) => [0u8; 32],
+    };
+    conn.send(&Proof { mac }.encode())?;
+    let msg = conn.recv(t).map_err(|e| match e {
+        hipfs_rdma::Error::Disconnected(_) => RemoteError::Auth(
+            "the server closed the connection after the proof (wrong token?)".into(),
+        ),
+        e => e.into(),
+    })?;
+    let w = Welcome::decode(&msg).map_err(|e| refused_or(&msg, e.into()))?;
+    if let Some(tok) = token {
+        if ch.auth_required && !tok.verify_server(&ch.nonce, &client_nonce, &w.mac) {
+            return Err(RemoteError::Auth(
+                "the server could not prove it holds the token; refusing to talk to it".into(),
+            ));
+        }
+    }
+    Ok(w)
+}
+
+impl Link {
+    /// Connects, authenticates and starts the reply reader.
+    pub(crate) fn open(cfg: &ClientConfig, epoch: u64) -> Result<Arc<Link>, RemoteError> {
+        let mut tcfg = transport_config(cfg.transport);
+        tcfg.op_timeout = cfg.timeout;
+        let conn: Arc<dyn Connection> = Arc::from(hipfs_rdma::connect(&cfg.server, &tcfg)?);
+        let welcome = match handshake(conn.as_ref(), cfg.token.as_ref()) {
+            Ok(w) => w,
+            Err(e) => {
+                conn.close();
+                return Err(e);
+            }
+        };
+        let link = Arc::new(Link {
+            conn,
+            epoch,
+            welcome,
+            pending: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+            recv_bufs: Mutex::new(Vec::new()),
+        });
+        let reader = link.clone();
+        std::thread::Builder::new()
+            .name("hipfs-client-rx".into())
+            .spawn(move || reader.read_replies())?;
+        Ok(link)
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    /// Marks the link dead and wakes every waiter (their channels close).
+    pub(crate) fn kill(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        self.conn.close();
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    fn read_replies(self: Arc<Self>) {
+        loop {
+            match self.conn.recv(Duration::from_secs(3600)) {
+                Ok(msg) => match Reply::decode(&msg) {
+                    Ok(reply) => {
+                        let waiter = self
+                            .pending
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&reply.id);
+                        if let Some(tx) = waiter {
+                            let _ = tx.try_send(reply);
+                        }
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "malformed reply from {}: {e}; reconnecting",
+                            self.conn.peer_addr()
+                        );
+                        break;
+                    }
+                },
+                Err(hipfs_rdma::Error::Timeout(_)) => continue,
+                Err(e) => {
+                    log::info!("connection to {} lost: {e}", self.conn.peer_addr());
+                    break;
+                }
+            }
+        }
+        self.kill();
+    }
+
+    /// Sends `msg` as request `id`; the reply arrives on the returned channel
+    /// (which closes if the link dies first).
+    pub(crate) fn send(&self, id: u64, msg: &[u8]) -> Result<Receiver<Reply>, hipfs_rdma::Error> {
+        let (tx, rx) = sync_channel(1);
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, tx);
+        if self.is_dead() {
+            self.forget(id);
+            return Err(hipfs_rdma::Error::Disconnected("link closed".into()));
+        }
+        if let Err(e) = self.conn.send(msg) {
+            self.forget(id);
+            if e.is_disconnect() {
+                self.kill();
+            }
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
+    pub(crate) fn forget(&self, id: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    pub(crate) fn take_recv_buf(&self) -> Result<RecvBuf, RemoteError> {
+        if let Some(b) = self
+            .recv_bufs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            return Ok(b);
+        }
+        let mut mem = vec![0u8; MAX_IO].into_boxed_slice();
+        // SAFETY: `mem` lives in the RecvBuf next to the region, which is
+        // dropped first; nobody reads it while a request using it runs.
+        let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }?;
+        Ok(RecvBuf { region, mem })
+    }
+
+    pub(crate) fn put_recv_buf(&self, b: RecvBuf) {
+        let mut v = self.recv_bufs.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() < MAX_RECV_BUFS {
+            v.push(b);
+        }
+    }
+}

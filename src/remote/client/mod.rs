@@ -1,0 +1,235 @@
+//! The remote client: one per server per process, shared by every mount
+//! thread and every UserspaceFs handle.
+//!
+//! Calls are multiplexed over one connection by request id. When the server
+//! goes away, calls keep retrying the connection until their deadline
+//! ([`ClientConfig::timeout`]) and then fail with an errno: `ENOTCONN` when
+//! the server could not be reached, `ETIMEDOUT` when it did not answer in
+//! time, `EIO` when the connection died under a request that is not safe to
+//! resend. After a server restart the next call reconnects and carries on;
+//! open files are reopened by path on the new connection (see [`backend`]).
+
+pub mod backend;
+pub mod direct;
+mod link;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hipfs_rdma::TransportKind;
+
+use super::auth::Token;
+use super::proto::{Op, Payload, Request, WireCred};
+use super::RemoteError;
+pub(crate) use link::{Link, RecvBuf};
+
+/// How a client reaches its server.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// `host:port`.
+    pub server: String,
+    pub token: Option<Token>,
+    /// Where the token came from (handed to UserspaceFs users of a mount).
+    pub token_file: Option<PathBuf>,
+    pub transport: TransportKind,
+    /// How long a call may wait for the server (including reconnecting).
+    pub timeout: Duration,
+}
+
+/// The port `hipfs serve` listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7471;
+
+impl ClientConfig {
+    /// `server` is `host`, `host:port` or `[v6]:port`.
+    pub fn new(server: &str) -> ClientConfig {
+        ClientConfig {
+            server: with_default_port(server),
+            token: None,
+            token_file: None,
+            transport: TransportKind::Auto,
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Adds the default port when `s` has none.
+pub fn with_default_port(s: &str) -> String {
+    let has_port = if s.starts_with('[') {
+        s.contains("]:")
+    } else {
+        s.matches(':').count() == 1
+    };
+    if has_port {
+        s.to_string()
+    } else if s.contains(':') && !s.starts_with('[') {
+        format!("[{s}]:{DEFAULT_PORT}")
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    }
+}
+
+/// A connection (re-established as needed) to one server.
+pub struct RemoteClient {
+    pub(crate) cfg: ClientConfig,
+    link: Mutex<Option<Arc<Link>>>,
+    connecting: Mutex<()>,
+    next_id: AtomicU64,
+    epoch: AtomicU64,
+}
+
+impl std::fmt::Debug for RemoteClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteClient")
+            .field("server", &self.cfg.server)
+            .finish()
+    }
+}
+
+impl RemoteClient {
+    /// Connects now, so a bad address or token is reported at once.
+    pub fn connect(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
+        let c = Arc::new(RemoteClient {
+            cfg,
+            link: Mutex::new(None),
+            connecting: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            epoch: AtomicU64::new(0),
+        });
+        c.link()?;
+        Ok(c)
+    }
+
+    /// The server address.
+    pub fn server(&self) -> &str {
+        &self.cfg.server
+    }
+
+    /// Whether the server exports read-only (as of the last connection).
+    pub fn read_only(&self) -> bool {
+        self.current().is_some_and(|l| l.welcome.read_only)
+    }
+
+    /// The server's name for its export.
+    pub fn export_name(&self) -> String {
+        self.current()
+            .map(|l| l.welcome.export.clone())
+            .unwrap_or_default()
+    }
+
+    fn current(&self) -> Option<Arc<Link>> {
+        self.link
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|l| !l.is_dead())
+    }
+
+    /// The live link, connecting if there is none.
+    pub(crate) fn link(&self) -> Result<Arc<Link>, RemoteError> {
+        if let Some(l) = self.current() {
+            return Ok(l);
+        }
+        let _one_at_a_time = self.connecting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = self.current() {
+            return Ok(l);
+        }
+        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let l = Link::open(&self.cfg, epoch)?;
+        if epoch > 1 {
+            log::info!("reconnected to {}", self.cfg.server);
+        }
+        *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
+        Ok(l)
+    }
+
+    /// Runs one operation, built by `make` for the link it will travel on
+    /// (so file handles can be translated for that link), retrying across
+    /// reconnects until the deadline when that is safe.
+    pub(crate) fn call_with(
+        &self,
+        cred: &WireCred,
+        mut make: impl FnMut(&Arc<Link>) -> Result<Op, i32>,
+        on_link: impl Fn(&Arc<Link>, &Payload),
+    ) -> Result<Payload, i32> {
+        let deadline = Instant::now() + self.cfg.timeout;
+        let mut backoff = Duration::from_millis(20);
+        let mut reached = false;
+        loop {
+            let link = match self.link() {
+                Ok(l) => l,
+                Err(e) => {
+                    if let RemoteError::Auth(_) | RemoteError::Refused(_) = e {
+                        log::warn!("{}: {e}", self.cfg.server);
+                        return Err(libc::EACCES);
+                    }
+                    if Instant::now() + backoff >= deadline {
+                        log::debug!("{}: {e}", self.cfg.server);
+                        return Err(if reached { libc::EIO } else { libc::ENOTCONN });
+                    }
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                    continue;
+                }
+            };
+            let op = make(&link)?;
+            let idempotent = op.is_idempotent();
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let msg = Request {
+                id,
+                cred: cred.clone(),
+                op,
+            }
+            .encode();
+            let rx = match link.send(id, &msg) {
+                Ok(rx) => rx,
+                // Not sent: always safe to try again on a new link.
+                Err(e) if e.is_disconnect() => continue,
+                Err(e) => {
+                    log::warn!("{}: cannot send a request: {e}", self.cfg.server);
+                    return Err(libc::EIO);
+                }
+            };
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(reply) => {
+                    if let Ok(p) = &reply.result {
+                        on_link(&link, p);
+                    }
+                    return reply.result;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    link.forget(id);
+                    return Err(libc::ETIMEDOUT);
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    reached = true;
+                    if !idempotent {
+                        return Err(libc::EIO);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one operation that involves no file handle.
+    pub fn call(&self, cred: &WireCred, op: Op) -> Result<Payload, i32> {
+        self.call_with(cred, |_| Ok(op.clone()), |_, _| {})
+    }
+}
+
+/// Process-wide clients, one per server address (UserspaceFs handles share
+/// them; see [`direct`]).
+static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());
+
+/// The process-wide client for `cfg.server`, connecting on first use.
+pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
+    let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = v.iter().find(|c| c.cfg.server == cfg.server) {
+        return Ok(c.clone());
+    }
+    let c = RemoteClient::connect(cfg)?;
+    v.push(c.clone());
+    Ok(c)
+}

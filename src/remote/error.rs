@@ -1,0 +1,33 @@
+//! The remote filesystem's error type.
+
+use super::proto::ProtoError;
+
+/// What can go wrong serving, mounting or talking to a hipfs server.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("{0}")]
+    Config(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("transport: {0}")]
+    Transport(#[from] hipfs_rdma::Error),
+    #[error("protocol: {0}")]
+    Proto(#[from] ProtoError),
+    #[error("the server refused the connection: {0}")]
+    Refused(String),
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    #[error("mount: {0}")]
+    Mount(#[from] hipfs_fusefs::FuseError),
+}
+
+impl From<RemoteError> for crate::Error {
+    fn from(e: RemoteError) -> crate::Error {
+        let op = match &e {
+            RemoteError::Config(_) => crate::OpError::InvalidValue,
+            RemoteError::Auth(_) | RemoteError::Refused(_) => crate::OpError::PermissionDenied,
+            _ => crate::OpError::InternalError,
+        };
+        crate::Error::new(op, format!("hipfs remote: {e}"))
+    }
+}

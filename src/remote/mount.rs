@@ -1,0 +1,257 @@
+//! `hipfs mount` as library calls: option parsing, the in-process mount,
+//! and the daemonizing wrapper.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hipfs_fusefs::{MountConfig, MountHandle};
+use hipfs_rdma::TransportKind;
+
+use super::auth::Token;
+use super::client::backend::RemoteFs;
+use super::client::{ClientConfig, RemoteClient};
+use super::server::{ServeConfig, Server};
+use super::RemoteError;
+
+/// The `-o` options of `hipfs mount` (and of `mount -t fuse.hipfs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MountOptions {
+    pub read_only: bool,
+    pub allow_other: bool,
+    pub token_file: Option<PathBuf>,
+    pub attr_timeout: Option<Duration>,
+    pub entry_timeout: Option<Duration>,
+    pub direct_io: bool,
+    /// How long a call waits for an absent server before failing.
+    pub timeout: Duration,
+    pub transport: TransportKind,
+    pub threads: Option<usize>,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            allow_other: false,
+            token_file: None,
+            attr_timeout: None,
+            entry_timeout: None,
+            direct_io: false,
+            timeout: Duration::from_secs(30),
+            transport: TransportKind::Auto,
+            threads: None,
+        }
+    }
+}
+
+/// Options `mount(8)` and fstab pass that mean nothing to a FUSE mount, or
+/// that the kernel already applies.
+const IGNORED: &[&str] = &[
+    "rw",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "users",
+    "nouser",
+    "nofail",
+    "_netdev",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "relatime",
+    "strictatime",
+    "default_permissions",
+    "async",
+    "sync",
+];
+
+fn secs(key: &str, v: &str) -> Result<Duration, RemoteError> {
+    let f: f64 = v.parse().map_err(|_| {
+        RemoteError::Config(format!("-o {key}={v}: expected seconds, e.g. {key}=1.5"))
+    })?;
+    if !(0.0..=86400.0).contains(&f) {
+        return Err(RemoteError::Config(format!(
+            "-o {key}={v}: must be 0..=86400 seconds"
+        )));
+    }
+    Ok(Duration::from_secs_f64(f))
+}
+
+impl MountOptions {
+    /// Parses a comma-separated `-o` list (several `-o` may be joined with commas).
+    pub fn parse(list: &str) -> Result<MountOptions, RemoteError> {
+        let mut o = MountOptions::default();
+        for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = opt
+                .split_once('=')
+                .map_or((opt, None), |(k, v)| (k, Some(v)));
+            let need = |v: Option<&str>| {
+                v.filter(|v| !v.is_empty())
+                    .ok_or_else(|| RemoteError::Config(format!("-o {k} needs a value ({k}=...)")))
+                    .map(str::to_string)
+            };
+            match k {
+                "ro" => o.read_only = true,
+                "allow_other" => o.allow_other = true,
+                "direct_io" => o.direct_io = true,
+                "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
+                "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
+                "entry_timeout" => o.entry_timeout = Some(secs(k, &need(v)?)?),
+                "timeout" => o.timeout = secs(k, &need(v)?)?.max(Duration::from_millis(100)),
+                "transport" => {
+                    o.transport = need(v)?
+                        .parse()
+                        .map_err(|e: hipfs_rdma::Error| RemoteError::Config(e.to_string()))?
+                }
+                "threads" => {
+                    let n: usize = need(v)?
+                        .parse()
+                        .map_err(|_| RemoteError::Config("-o threads=N needs a number".into()))?;
+                    o.threads = Some(n);
+                }
+                k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
+                _ => {
+                    return Err(RemoteError::Config(format!(
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N)"
+                    )))
+                }
+            }
+        }
+        Ok(o)
+    }
+
+    /// The client settings for `server`.
+    pub fn client_config(&self, server: &str) -> Result<ClientConfig, RemoteError> {
+        let mut c = ClientConfig::new(server);
+        c.transport = self.transport;
+        c.timeout = self.timeout;
+        if let Some(t) = &self.token_file {
+            c.token = Some(Token::from_file(t)?);
+            c.token_file = Some(t.canonicalize().unwrap_or_else(|_| t.clone()));
+        }
+        Ok(c)
+    }
+
+    /// The FUSE settings for a mount on `mountpoint`.
+    pub fn mount_config(&self, mountpoint: &Path, fs_name: &str, server_ro: bool) -> MountConfig {
+        let mut m = MountConfig::new(mountpoint);
+        m.fs_name = fs_name.replace([',', ' ', '\n'], "_");
+        m.read_only = self.read_only || server_ro;
+        m.allow_other = self.allow_other;
+        m.direct_io = self.direct_io;
+        if let Some(t) = self.attr_timeout {
+            m.attr_timeout = t;
+        }
+        if let Some(t) = self.entry_timeout {
+            m.entry_timeout = t;
+        }
+        if let Some(n) = self.threads {
+            m.threads = n.clamp(1, 64);
+        }
+        m
+    }
+}
+
+/// A mounted export and, for `--local`, the in-process server behind it.
+pub struct LocalMount {
+    pub handle: Option<MountHandle>,
+    pub client: Arc<RemoteClient>,
+    pub server: Option<Server>,
+}
+
+impl LocalMount {
+    /// Unmounts, then stops the in-process server (if any).
+    pub fn unmount(mut self) -> Result<(), RemoteError> {
+        if let Some(h) = self.handle.take() {
+            h.unmount()?;
+        }
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(5));
+        }
+        Ok(())
+    }
+}
+
+/// Connects to `server` and mounts its export on `mountpoint`, served by
+/// background threads of this process.
+pub fn mount_remote(
+    server: &str,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<LocalMount, RemoteError> {
+    let client = RemoteClient::connect(opts.client_config(server)?)?;
+    let fs_name = format!("{}:{}", client.server(), client.export_name());
+    let cfg = opts.mount_config(mountpoint, &fs_name, client.read_only());
+    let handle = hipfs_fusefs::mount(Arc::new(RemoteFs::new(client.clone())), cfg)?;
+    Ok(LocalMount {
+        handle: Some(handle),
+        client,
+        server: None,
+    })
+}
+
+/// Serves `dir` on a loopback port inside this process (with a fresh random
+/// token) and mounts it on `mountpoint`.
+pub fn mount_local(
+    dir: &Path,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<LocalMount, RemoteError> {
+    let token = Token::from_bytes(hex_token(&super::auth::random_nonce()?).as_bytes());
+    let mut scfg = ServeConfig::new(dir, "127.0.0.1:0");
+    scfg.token = Some(token.clone());
+    scfg.read_only = opts.read_only;
+    scfg.transport = TransportKind::Tcp;
+    let server = Server::start(scfg)?;
+    let mut ccfg = opts.client_config(server.local_addr())?;
+    ccfg.token = Some(token.clone());
+    ccfg.transport = TransportKind::Tcp;
+    // UserspaceFs users of this mount authenticate with the same token:
+    // leave it where only root (or the mounting user) can read it.
+    ccfg.token_file = write_local_token(&token, server.local_addr()).ok();
+    let client = RemoteClient::connect(ccfg)?;
+    let fs_name = format!("local:{}", dir.display());
+    let cfg = opts.mount_config(mountpoint, &fs_name, false);
+    let handle = hipfs_fusefs::mount(Arc::new(RemoteFs::new(client.clone())), cfg)?;
+    Ok(LocalMount {
+        handle: Some(handle),
+        client,
+        server: Some(server),
+    })
+}
+
+fn hex_token(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Writes the token of a `--local` mount to a 0600 file under /run/hipfs
+/// (or the temp dir) for the UserspaceFs path of processes of the same user.
+fn write_local_token(token: &Token, addr: &str) -> Result<PathBuf, RemoteError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = if Path::new("/run").is_dir() && std::fs::create_dir_all("/run/hipfs").is_ok() {
+        PathBuf::from("/run/hipfs")
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!(
+        "local-{}-{}.token",
+        std::process::id(),
+        addr.replace([':', '.', '[', ']'], "_")
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    f.write_all(token.expose())?;
+    Ok(path)
+}

@@ -1,0 +1,175 @@
+//! The connection handshake: version agreement, then challenge and response.
+
+use super::{expect_kind, Kind, ProtoError, Reader, Writer, PROTO_VERSION, PROTO_VERSION_MIN};
+
+/// Bytes of each side's random nonce (and of each proof).
+pub const NONCE_LEN: usize = 32;
+const MAGIC: &[u8; 5] = b"HIPFS";
+
+fn nonce(r: &mut Reader<'_>, what: &'static str) -> Result<[u8; NONCE_LEN], ProtoError> {
+    let b = r.bytes(what, NONCE_LEN)?;
+    b.try_into()
+        .map_err(|_| ProtoError::BadValue(what, b.len() as u64))
+}
+
+/// Client's first message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub min_version: u16,
+    pub max_version: u16,
+    pub nonce: [u8; NONCE_LEN],
+}
+
+impl Hello {
+    pub fn new(nonce: [u8; NONCE_LEN]) -> Hello {
+        Hello {
+            min_version: PROTO_VERSION_MIN,
+            max_version: PROTO_VERSION,
+            nonce,
+        }
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(Kind::Hello as u8);
+        for b in MAGIC {
+            w.u8(*b);
+        }
+        w.u16(self.min_version)
+            .u16(self.max_version)
+            .bytes(&self.nonce);
+        w.finish()
+    }
+    pub fn decode(msg: &[u8]) -> Result<Hello, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Hello)?;
+        for b in MAGIC {
+            if r.u8("magic")? != *b {
+                return Err(ProtoError::BadMagic);
+            }
+        }
+        let h = Hello {
+            min_version: r.u16("min version")?,
+            max_version: r.u16("max version")?,
+            nonce: nonce(&mut r, "client nonce")?,
+        };
+        r.end()?;
+        Ok(h)
+    }
+    /// The version both sides speak, or why there is none.
+    pub fn negotiate(&self) -> Result<u16, String> {
+        let hi = self.max_version.min(PROTO_VERSION);
+        let lo = self.min_version.max(PROTO_VERSION_MIN);
+        if lo > hi || self.min_version > self.max_version {
+            return Err(format!(
+                "incompatible hipfs protocol: the client speaks versions {}..={}, this server speaks {}..={}; run the same hipfs release on both sides",
+                self.min_version, self.max_version, PROTO_VERSION_MIN, PROTO_VERSION
+            ));
+        }
+        Ok(hi)
+    }
+}
+
+/// Server's answer to `Hello`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    pub version: u16,
+    pub nonce: [u8; NONCE_LEN],
+    pub auth_required: bool,
+}
+
+impl Challenge {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(Kind::Challenge as u8)
+            .u16(self.version)
+            .bytes(&self.nonce)
+            .bool(self.auth_required);
+        w.finish()
+    }
+    pub fn decode(msg: &[u8]) -> Result<Challenge, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Challenge)?;
+        let c = Challenge {
+            version: r.u16("version")?,
+            nonce: nonce(&mut r, "server nonce")?,
+            auth_required: r.bool("auth flag")?,
+        };
+        r.end()?;
+        Ok(c)
+    }
+}
+
+/// Client's proof of the token (all zero when it has none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proof {
+    pub mac: [u8; NONCE_LEN],
+}
+
+impl Proof {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(Kind::Proof as u8).bytes(&self.mac);
+        w.finish()
+    }
+    pub fn decode(msg: &[u8]) -> Result<Proof, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Proof)?;
+        let p = Proof {
+            mac: nonce(&mut r, "proof")?,
+        };
+        r.end()?;
+        Ok(p)
+    }
+}
+
+/// The server accepts: what it exports, and its own proof of the token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    pub export: String,
+    pub read_only: bool,
+    pub mac: [u8; NONCE_LEN],
+}
+
+impl Welcome {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(Kind::Welcome as u8)
+            .bytes(self.export.as_bytes())
+            .bool(self.read_only)
+            .bytes(&self.mac);
+        w.finish()
+    }
+    pub fn decode(msg: &[u8]) -> Result<Welcome, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Welcome)?;
+        let export = String::from_utf8_lossy(r.bytes("export name", 4096)?).into_owned();
+        let w = Welcome {
+            export,
+            read_only: r.bool("read-only flag")?,
+            mac: nonce(&mut r, "server proof")?,
+        };
+        r.end()?;
+        Ok(w)
+    }
+}
+
+/// The server refuses the connection and says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub reason: String,
+}
+
+impl Refused {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u8(Kind::Refused as u8).bytes(self.reason.as_bytes());
+        w.finish()
+    }
+    pub fn decode(msg: &[u8]) -> Result<Refused, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Refused)?;
+        let reason = String::from_utf8_lossy(r.bytes("reason", 4096)?).into_owned();
+        r.end()?;
+        Ok(Refused { reason })
+    }
+}

@@ -1,0 +1,127 @@
+//! The hipfs wire protocol, version 1.
+//!
+//! Every message is one transport control message (`Connection::send` /
+//! `recv`, which frame it); inside, the first byte says what it is:
+//!
+//! | kind | direction | body |
+//! |---|---|---|
+//! | `Hello` | client → server | magic `HIPFS`, supported versions, client nonce |
+//! | `Challenge` | server → client | chosen version, server nonce, whether a token is needed |
+//! | `Proof` | client → server | HMAC-SHA256 over both nonces with the shared token |
+//! | `Welcome` | server → client | export name, read-only flag, the server's own proof |
+//! | `Refused` | server → client | why (version, authentication), then the server closes |
+//! | `Request` | client → server | request id, caller's credentials, one operation |
+//! | `Reply` | server → client | request id, errno or the operation's result |
+//!
+//! Request ids let many requests be in flight on one connection from many
+//! threads; replies come back in any order. Bulk read data is placed by the
+//! server with `write_remote` into the client's registered region before the
+//! reply is sent (the transport orders the two), so the protocol is the same
+//! over TCP and verbs. All integers are little endian; every length and count
+//! is checked against a cap on decode.
+
+mod codec;
+mod handshake;
+mod ops;
+mod reply;
+mod types;
+
+pub use codec::{Reader, Writer};
+pub use handshake::{Challenge, Hello, Proof, Refused, Welcome, NONCE_LEN};
+pub use ops::{Op, Request};
+pub use reply::{Payload, Reply};
+pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, WireTime};
+
+/// The protocol version this build speaks.
+pub const PROTO_VERSION: u16 = 1;
+/// The oldest version this build still speaks.
+pub const PROTO_VERSION_MIN: u16 = 1;
+
+/// Longest relative path a request may carry (Linux PATH_MAX).
+pub const MAX_PATH: usize = 4096;
+/// Longest single name component (NAME_MAX).
+pub const MAX_NAME: usize = 255;
+/// Largest read or write one request may ask for.
+pub const MAX_IO: usize = 1 << 20;
+/// Largest xattr value (Linux XATTR_SIZE_MAX).
+pub const MAX_XATTR: usize = 64 * 1024;
+/// Most supplementary groups a request may carry.
+pub const MAX_GROUPS: usize = 1024;
+/// Most entries one readdir reply carries.
+pub const MAX_DIR_ITEMS: usize = 4096;
+/// The transport's message cap both sides configure: a full write plus headers.
+pub const MAX_MESSAGE: usize = MAX_IO + 64 * 1024;
+
+/// What the first byte of a message says it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Hello = 1,
+    Challenge = 2,
+    Proof = 3,
+    Welcome = 4,
+    Refused = 5,
+    Request = 16,
+    Reply = 17,
+}
+
+impl Kind {
+    /// The kind of a received message.
+    pub fn of(msg: &[u8]) -> Result<Kind, ProtoError> {
+        let b = *msg.first().ok_or(ProtoError::Truncated("message kind"))?;
+        Ok(match b {
+            1 => Kind::Hello,
+            2 => Kind::Challenge,
+            3 => Kind::Proof,
+            4 => Kind::Welcome,
+            5 => Kind::Refused,
+            16 => Kind::Request,
+            17 => Kind::Reply,
+            v => return Err(ProtoError::BadValue("message kind", u64::from(v))),
+        })
+    }
+}
+
+/// A message that does not follow the protocol.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    #[error("message ends early while reading {0}")]
+    Truncated(&'static str),
+    #[error("{what} of {len} exceeds the limit of {max}")]
+    TooLong {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("invalid {0}: {1}")]
+    BadValue(&'static str, u64),
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+    #[error("expected a {expected:?} message, got {got:?}")]
+    UnexpectedKind { expected: Kind, got: Kind },
+    #[error("path refused: {0}")]
+    BadPath(String),
+    #[error("not a hipfs peer (bad magic)")]
+    BadMagic,
+}
+
+impl ProtoError {
+    /// The errno a server answers a malformed request with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ProtoError::BadPath(_) => libc::EINVAL,
+            ProtoError::TooLong { .. } => libc::ENAMETOOLONG,
+            _ => libc::EPROTO,
+        }
+    }
+}
+
+/// Checks a message's first byte.
+pub(crate) fn expect_kind(r: &mut Reader<'_>, expected: Kind) -> Result<(), ProtoError> {
+    let b = r.u8("message kind")?;
+    let got = Kind::of(&[b])?;
+    if got != expected {
+        return Err(ProtoError::UnexpectedKind { expected, got });
+    }
+    Ok(())
+}

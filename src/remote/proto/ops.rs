@@ -1,0 +1,419 @@
+//! Requests: one operation each, with the caller's credentials.
+
+use hipfs_rdma::RemoteDescriptor;
+
+use super::types::{decode_path, WireCred, WireSetAttr};
+use super::{
+    expect_kind, Kind, ProtoError, ReadDest, Reader, Writer, MAX_IO, MAX_NAME, MAX_PATH, MAX_XATTR,
+};
+
+/// One filesystem operation. Paths are relative to the export root (see
+/// [`super::validate_rel_path`]); `fh` are server file handles from `Open`
+/// or `Create` on the same connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Lookup {
+        path: Vec<u8>,
+    },
+    Getattr {
+        path: Vec<u8>,
+        fh: Option<u64>,
+    },
+    Setattr {
+        path: Vec<u8>,
+        fh: Option<u64>,
+        set: WireSetAttr,
+    },
+    /// Entries after `cookie` (0: from the start), at most `max` of them.
+    Readdir {
+        path: Vec<u8>,
+        cookie: u64,
+        max: u32,
+    },
+    Open {
+        path: Vec<u8>,
+        flags: i32,
+    },
+    /// `mode` has the client's umask applied already.
+    Create {
+        path: Vec<u8>,
+        mode: u32,
+        flags: i32,
+    },
+    Release {
+        fh: u64,
+    },
+    /// Reads `len` bytes; placed at `dest` when given, else returned inline.
+    Read {
+        fh: u64,
+        offset: u64,
+        len: u32,
+        dest: Option<ReadDest>,
+    },
+    Write {
+        fh: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Fsync {
+        fh: u64,
+        datasync: bool,
+    },
+    Flush {
+        fh: u64,
+    },
+    Mkdir {
+        path: Vec<u8>,
+        mode: u32,
+    },
+    Rmdir {
+        path: Vec<u8>,
+    },
+    Unlink {
+        path: Vec<u8>,
+    },
+    Rename {
+        from: Vec<u8>,
+        to: Vec<u8>,
+        flags: u32,
+    },
+    Symlink {
+        path: Vec<u8>,
+        target: Vec<u8>,
+    },
+    Readlink {
+        path: Vec<u8>,
+    },
+    Link {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    Mknod {
+        path: Vec<u8>,
+        mode: u32,
+        rdev: u32,
+    },
+    Statfs {
+        path: Vec<u8>,
+    },
+    Getxattr {
+        path: Vec<u8>,
+        name: Vec<u8>,
+    },
+    Listxattr {
+        path: Vec<u8>,
+    },
+    Setxattr {
+        path: Vec<u8>,
+        name: Vec<u8>,
+        value: Vec<u8>,
+        flags: i32,
+    },
+    Removexattr {
+        path: Vec<u8>,
+        name: Vec<u8>,
+    },
+}
+
+impl Op {
+    fn code(&self) -> u16 {
+        match self {
+            Op::Lookup { .. } => 1,
+            Op::Getattr { .. } => 2,
+            Op::Setattr { .. } => 3,
+            Op::Readdir { .. } => 4,
+            Op::Open { .. } => 5,
+            Op::Create { .. } => 6,
+            Op::Release { .. } => 7,
+            Op::Read { .. } => 8,
+            Op::Write { .. } => 9,
+            Op::Fsync { .. } => 10,
+            Op::Flush { .. } => 11,
+            Op::Mkdir { .. } => 12,
+            Op::Rmdir { .. } => 13,
+            Op::Unlink { .. } => 14,
+            Op::Rename { .. } => 15,
+            Op::Symlink { .. } => 16,
+            Op::Readlink { .. } => 17,
+            Op::Link { .. } => 18,
+            Op::Mknod { .. } => 19,
+            Op::Statfs { .. } => 20,
+            Op::Getxattr { .. } => 21,
+            Op::Listxattr { .. } => 22,
+            Op::Setxattr { .. } => 23,
+            Op::Removexattr { .. } => 24,
+        }
+    }
+
+    /// Whether running it twice is harmless, so a client may resend it after
+    /// a reconnect.
+    pub fn is_idempotent(&self) -> bool {
+        matches!(
+            self,
+            Op::Lookup { .. }
+                | Op::Getattr { .. }
+                | Op::Readdir { .. }
+                | Op::Read { .. }
+                | Op::Readlink { .. }
+                | Op::Statfs { .. }
+                | Op::Getxattr { .. }
+                | Op::Listxattr { .. }
+                | Op::Open { .. }
+        )
+    }
+
+    /// Whether it changes the export (refused on read-only exports).
+    pub fn mutates(&self) -> bool {
+        match self {
+            Op::Setattr { .. }
+            | Op::Create { .. }
+            | Op::Write { .. }
+            | Op::Mkdir { .. }
+            | Op::Rmdir { .. }
+            | Op::Unlink { .. }
+            | Op::Rename { .. }
+            | Op::Symlink { .. }
+            | Op::Link { .. }
+            | Op::Mknod { .. }
+            | Op::Setxattr { .. }
+            | Op::Removexattr { .. } => true,
+            Op::Open { flags, .. } => {
+                flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A request as sent: id, credentials, operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub id: u64,
+    pub cred: WireCred,
+    pub op: Op,
+}
+
+fn encode_desc(w: &mut Writer, d: &RemoteDescriptor) {
+    let enc = d.encode();
+    w.bytes(&enc);
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        let extra = match &self.op {
+            Op::Write { data, .. } => data.len(),
+            _ => 0,
+        };
+        let mut w = Writer::with_capacity(128 + extra);
+        w.u8(Kind::Request as u8).u64(self.id);
+        self.cred.encode(&mut w);
+        w.u16(self.op.code());
+        match &self.op {
+            Op::Lookup { path }
+            | Op::Rmdir { path }
+            | Op::Unlink { path }
+            | Op::Readlink { path }
+            | Op::Statfs { path }
+            | Op::Listxattr { path } => {
+                w.bytes(path);
+            }
+            Op::Getattr { path, fh } => {
+                w.bytes(path).opt_u64(*fh);
+            }
+            Op::Setattr { path, fh, set } => {
+                w.bytes(path).opt_u64(*fh);
+                set.encode(&mut w);
+            }
+            Op::Readdir { path, cookie, max } => {
+                w.bytes(path).u64(*cookie).u32(*max);
+            }
+            Op::Open { path, flags } => {
+                w.bytes(path).i32(*flags);
+            }
+            Op::Create { path, mode, flags } => {
+                w.bytes(path).u32(*mode).i32(*flags);
+            }
+            Op::Release { fh } | Op::Flush { fh } => {
+                w.u64(*fh);
+            }
+            Op::Read {
+                fh,
+                offset,
+                len,
+                dest,
+            } => {
+                w.u64(*fh).u64(*offset).u32(*len);
+                match dest {
+                    None => {
+                        w.u8(0);
+                    }
+                    Some(d) => {
+                        w.u8(1);
+                        encode_desc(&mut w, &d.region);
+                        w.u64(d.offset);
+                    }
+                }
+            }
+            Op::Write { fh, offset, data } => {
+                w.u64(*fh).u64(*offset).bytes(data);
+            }
+            Op::Fsync { fh, datasync } => {
+                w.u64(*fh).bool(*datasync);
+            }
+            Op::Mkdir { path, mode } => {
+                w.bytes(path).u32(*mode);
+            }
+            Op::Rename { from, to, flags } => {
+                w.bytes(from).bytes(to).u32(*flags);
+            }
+            Op::Symlink { path, target } => {
+                w.bytes(path).bytes(target);
+            }
+            Op::Link { from, to } => {
+                w.bytes(from).bytes(to);
+            }
+            Op::Mknod { path, mode, rdev } => {
+                w.bytes(path).u32(*mode).u32(*rdev);
+            }
+            Op::Getxattr { path, name } | Op::Removexattr { path, name } => {
+                w.bytes(path).bytes(name);
+            }
+            Op::Setxattr {
+                path,
+                name,
+                value,
+                flags,
+            } => {
+                w.bytes(path).bytes(name).bytes(value).i32(*flags);
+            }
+        }
+        w.finish()
+    }
+
+    /// The request id, if the message is long enough to carry one: lets a
+    /// server answer a request whose body does not decode.
+    pub fn peek_id(msg: &[u8]) -> Option<u64> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Request).ok()?;
+        r.u64("request id").ok()
+    }
+
+    pub fn decode(msg: &[u8]) -> Result<Request, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Request)?;
+        let id = r.u64("request id")?;
+        let cred = WireCred::decode(&mut r)?;
+        let code = r.u16("opcode")?;
+        let p = |r: &mut Reader<'_>| decode_path(r, "path");
+        let op = match code {
+            1 => Op::Lookup { path: p(&mut r)? },
+            2 => Op::Getattr {
+                path: p(&mut r)?,
+                fh: r.opt_u64("fh")?,
+            },
+            3 => Op::Setattr {
+                path: p(&mut r)?,
+                fh: r.opt_u64("fh")?,
+                set: WireSetAttr::decode(&mut r)?,
+            },
+            4 => Op::Readdir {
+                path: p(&mut r)?,
+                cookie: r.u64("cookie")?,
+                max: r.u32("max entries")?,
+            },
+            5 => Op::Open {
+                path: p(&mut r)?,
+                flags: r.i32("flags")?,
+            },
+            6 => Op::Create {
+                path: p(&mut r)?,
+                mode: r.u32("mode")?,
+                flags: r.i32("flags")?,
+            },
+            7 => Op::Release { fh: r.u64("fh")? },
+            8 => {
+                let fh = r.u64("fh")?;
+                let offset = r.u64("offset")?;
+                let len = r.u32("length")?;
+                if len as usize > MAX_IO {
+                    return Err(ProtoError::TooLong {
+                        what: "read length",
+                        len: len as usize,
+                        max: MAX_IO,
+                    });
+                }
+                let dest = if r.bool("destination flag")? {
+                    let d = r.bytes("descriptor", RemoteDescriptor::ENCODED_LEN)?;
+                    let region = RemoteDescriptor::decode(d)
+                        .map_err(|_| ProtoError::BadValue("remote descriptor", d.len() as u64))?;
+                    Some(ReadDest {
+                        region,
+                        offset: r.u64("destination offset")?,
+                    })
+                } else {
+                    None
+                };
+                Op::Read {
+                    fh,
+                    offset,
+                    len,
+                    dest,
+                }
+            }
+            9 => Op::Write {
+                fh: r.u64("fh")?,
+                offset: r.u64("offset")?,
+                data: r.bytes("write data", MAX_IO)?.to_vec(),
+            },
+            10 => Op::Fsync {
+                fh: r.u64("fh")?,
+                datasync: r.bool("datasync")?,
+            },
+            11 => Op::Flush { fh: r.u64("fh")? },
+            12 => Op::Mkdir {
+                path: p(&mut r)?,
+                mode: r.u32("mode")?,
+            },
+            13 => Op::Rmdir { path: p(&mut r)? },
+            14 => Op::Unlink { path: p(&mut r)? },
+            15 => Op::Rename {
+                from: p(&mut r)?,
+                to: p(&mut r)?,
+                flags: r.u32("rename flags")?,
+            },
+            16 => Op::Symlink {
+                path: p(&mut r)?,
+                target: r.bytes("symlink target", MAX_PATH)?.to_vec(),
+            },
+            17 => Op::Readlink { path: p(&mut r)? },
+            18 => Op::Link {
+                from: p(&mut r)?,
+                to: p(&mut r)?,
+            },
+            19 => Op::Mknod {
+                path: p(&mut r)?,
+                mode: r.u32("mode")?,
+                rdev: r.u32("rdev")?,
+            },
+            20 => Op::Statfs { path: p(&mut r)? },
+            21 => Op::Getxattr {
+                path: p(&mut r)?,
+                name: r.bytes("xattr name", MAX_NAME)?.to_vec(),
+            },
+            22 => Op::Listxattr { path: p(&mut r)? },
+            23 => Op::Setxattr {
+                path: p(&mut r)?,
+                name: r.bytes("xattr name", MAX_NAME)?.to_vec(),
+                value: r.bytes("xattr value", MAX_XATTR)?.to_vec(),
+                flags: r.i32("xattr flags")?,
+            },
+            24 => Op::Removexattr {
+                path: p(&mut r)?,
+                name: r.bytes("xattr name", MAX_NAME)?.to_vec(),
+            },
+            v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
+        };
+        r.end()?;
+        Ok(Request { id, cred, op })
+    }
+}

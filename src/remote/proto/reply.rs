@@ -1,0 +1,179 @@
+//! Replies: the request id and either an errno or the operation's result.
+
+use hipfs_fusefs::{Attr, Entry, StatFs};
+
+use super::types::{
+    decode_attr, decode_entry, decode_statfs, encode_attr, encode_entry, encode_statfs,
+};
+use super::{
+    expect_kind, DirItem, Kind, ProtoError, Reader, Writer, MAX_DIR_ITEMS, MAX_IO, MAX_NAME,
+    MAX_XATTR,
+};
+
+/// What a successful operation returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Payload {
+    Empty,
+    Attr(Attr),
+    Entry(Entry),
+    Dir(Vec<DirItem>),
+    Opened {
+        fh: u64,
+    },
+    Created {
+        entry: Entry,
+        fh: u64,
+    },
+    /// `n` bytes read; `data` is empty when they were placed remotely.
+    Read {
+        n: u32,
+        data: Vec<u8>,
+    },
+    Written(u32),
+    Bytes(Vec<u8>),
+    Names(Vec<Vec<u8>>),
+    Statfs(StatFs),
+}
+
+/// A reply to request `id`: `Err(errno)` or a payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub id: u64,
+    pub result: Result<Payload, i32>,
+}
+
+impl Reply {
+    pub fn encode(&self) -> Vec<u8> {
+        let extra = match &self.result {
+            Ok(Payload::Read { data, .. }) => data.len(),
+            _ => 0,
+        };
+        let mut w = Writer::with_capacity(128 + extra);
+        w.u8(Kind::Reply as u8).u64(self.id);
+        match &self.result {
+            Err(errno) => {
+                w.u8(0).i32(*errno);
+            }
+            Ok(p) => encode_payload(&mut w, p),
+        }
+        w.finish()
+    }
+
+    pub fn decode(msg: &[u8]) -> Result<Reply, ProtoError> {
+        let mut r = Reader::new(msg);
+        expect_kind(&mut r, Kind::Reply)?;
+        let id = r.u64("request id")?;
+        let tag = r.u8("payload tag")?;
+        let result = if tag == 0 {
+            let e = r.i32("errno")?;
+            if e <= 0 || e > 4095 {
+                return Err(ProtoError::BadValue("errno", e as u64));
+            }
+            Err(e)
+        } else {
+            Ok(decode_payload(&mut r, tag)?)
+        };
+        r.end()?;
+        Ok(Reply { id, result })
+    }
+}
+
+fn encode_payload(w: &mut Writer, p: &Payload) {
+    match p {
+        Payload::Empty => {
+            w.u8(1);
+        }
+        Payload::Attr(a) => {
+            w.u8(2);
+            encode_attr(w, a);
+        }
+        Payload::Entry(e) => {
+            w.u8(3);
+            encode_entry(w, e);
+        }
+        Payload::Dir(items) => {
+            w.u8(4).u32(items.len() as u32);
+            for it in items {
+                w.bytes(&it.name).u64(it.cookie);
+                encode_entry(w, &it.entry);
+            }
+        }
+        Payload::Opened { fh } => {
+            w.u8(5).u64(*fh);
+        }
+        Payload::Created { entry, fh } => {
+            w.u8(6);
+            encode_entry(w, entry);
+            w.u64(*fh);
+        }
+        Payload::Read { n, data } => {
+            w.u8(7).u32(*n).bytes(data);
+        }
+        Payload::Written(n) => {
+            w.u8(8).u32(*n);
+        }
+        Payload::Bytes(b) => {
+            w.u8(9).bytes(b);
+        }
+        Payload::Names(names) => {
+            w.u8(10).u32(names.len() as u32);
+            for n in names {
+                w.bytes(n);
+            }
+        }
+        Payload::Statfs(s) => {
+            w.u8(11);
+            encode_statfs(w, s);
+        }
+    }
+}
+
+fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
+    Ok(match tag {
+        1 => Payload::Empty,
+        2 => Payload::Attr(decode_attr(r)?),
+        3 => Payload::Entry(decode_entry(r)?),
+        4 => {
+            // name length + cookie + entry: at least 4 + 8 + 100 bytes each.
+            let n = r.count("directory entries", MAX_DIR_ITEMS, 100)?;
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = r.bytes("entry name", MAX_NAME)?;
+                if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+                    return Err(ProtoError::BadPath("directory entry name".into()));
+                }
+                items.push(DirItem {
+                    name: name.to_vec(),
+                    cookie: r.u64("cookie")?,
+                    entry: decode_entry(r)?,
+                });
+            }
+            Payload::Dir(items)
+        }
+        5 => Payload::Opened { fh: r.u64("fh")? },
+        6 => Payload::Created {
+            entry: decode_entry(r)?,
+            fh: r.u64("fh")?,
+        },
+        7 => {
+            let n = r.u32("bytes read")?;
+            let data = r.bytes("read data", MAX_IO)?.to_vec();
+            if n as usize > MAX_IO || (!data.is_empty() && data.len() != n as usize) {
+                return Err(ProtoError::BadValue("bytes read", u64::from(n)));
+            }
+            Payload::Read { n, data }
+        }
+        8 => Payload::Written(r.u32("bytes written")?),
+        9 => Payload::Bytes(r.bytes("value", MAX_XATTR.max(4096))?.to_vec()),
+        10 => {
+            let n = r.count("names", MAX_XATTR, 4)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                names.push(r.bytes("name", MAX_NAME)?.to_vec());
+            }
+            Payload::Names(names)
+        }
+        11 => Payload::Statfs(decode_statfs(r)?),
+        v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
+    })
+}

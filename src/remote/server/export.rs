@@ -1,0 +1,440 @@
+//! The exported directory and the metadata operations on it.
+
+use std::ffi::CStr;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use hipfs_fusefs::{Attr, Entry, FileKind, StatFs};
+
+use super::super::proto::{DirItem, WireSetAttr, WireTime};
+use super::resolve::{
+    check, cstr, last_errno, open_beneath, open_node, open_parent, proc_path, stat_at, stat_fd,
+    Errno,
+};
+use crate::remote::RemoteError;
+
+/// High bit marking inode numbers of files on other filesystems mounted
+/// inside the export (their own numbers could collide with the export's).
+const FOREIGN_INO: u64 = 1 << 63;
+
+/// A directory being served.
+pub struct Export {
+    root: OwnedFd,
+    root_dev: u64,
+    root_ino: u64,
+    pub(crate) path: PathBuf,
+}
+
+impl Export {
+    /// Opens `dir` for serving.
+    pub fn open(dir: &Path) -> Result<Export, RemoteError> {
+        let canon = dir
+            .canonicalize()
+            .map_err(|e| RemoteError::Config(format!("export {}: {e}", dir.display())))?;
+        let c = cstr(canon.as_os_str().as_encoded_bytes())
+            .map_err(|_| RemoteError::Config("export path contains NUL".into()))?;
+        // SAFETY: `c` is NUL-terminated; the result is checked.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(RemoteError::Config(format!(
+                "export {}: {}",
+                canon.display(),
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let root = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let st = stat_fd(root.as_raw_fd())
+            .map_err(|e| RemoteError::Io(std::io::Error::from_raw_os_error(e)))?;
+        Ok(Export {
+            root,
+            root_dev: st.st_dev,
+            root_ino: st.st_ino,
+            path: canon,
+        })
+    }
+
+    pub(crate) fn root_fd(&self) -> RawFd {
+        self.root.as_raw_fd()
+    }
+
+    /// The inode number clients see: the real one, the root as 1, and files
+    /// of nested filesystems marked so they never collide with the export's.
+    pub fn wire_ino(&self, st: &libc::stat) -> u64 {
+        if st.st_dev == self.root_dev {
+            if st.st_ino == self.root_ino {
+                1
+            } else if st.st_ino == 1 {
+                FOREIGN_INO | 1
+            } else {
+                st.st_ino
+            }
+        } else {
+            let mixed = st.st_ino ^ st.st_dev.rotate_left(40);
+            FOREIGN_INO | (mixed & !FOREIGN_INO)
+        }
+    }
+
+    pub(crate) fn attr(&self, st: &libc::stat) -> Attr {
+        let t = |s: i64, n: i64| {
+            if s >= 0 {
+                UNIX_EPOCH + Duration::new(s as u64, n.clamp(0, 999_999_999) as u32)
+            } else {
+                UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
+                    + Duration::from_nanos(n.clamp(0, 999_999_999) as u64)
+            }
+        };
+        Attr {
+            ino: self.wire_ino(st),
+            size: st.st_size.max(0) as u64,
+            blocks: st.st_blocks.max(0) as u64,
+            atime: t(st.st_atime, st.st_atime_nsec),
+            mtime: t(st.st_mtime, st.st_mtime_nsec),
+            ctime: t(st.st_ctime, st.st_ctime_nsec),
+            kind: FileKind::from_mode(st.st_mode).unwrap_or(FileKind::Regular),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize.clamp(0, 1 << 20) as u32,
+        }
+    }
+
+    pub(crate) fn entry(&self, st: &libc::stat) -> Entry {
+        // Generation 0: with path-based requests a reused inode number never
+        // reaches an old handle (requests name paths, the client checks the
+        // inode number it gets back).
+        Entry {
+            attr: self.attr(st),
+            generation: 0,
+        }
+    }
+
+    pub fn lookup(&self, rel: &[u8]) -> Result<Entry, Errno> {
+        let st = if rel.is_empty() {
+            stat_fd(self.root_fd())?
+        } else {
+            let (dir, name) = open_parent(self.root_fd(), rel)?;
+            stat_at(dir.as_raw_fd(), &name)?
+        };
+        Ok(self.entry(&st))
+    }
+
+    pub fn getattr_fd(&self, fd: RawFd) -> Result<Attr, Errno> {
+        Ok(self.attr(&stat_fd(fd)?))
+    }
+
+    pub fn setattr(
+        &self,
+        rel: &[u8],
+        open_file: Option<&OwnedFd>,
+        set: &WireSetAttr,
+    ) -> Result<Attr, Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        let p = proc_path(&node);
+        if let Some(mode) = set.mode {
+            // SAFETY: `p` is NUL-terminated.
+            check(unsafe { libc::chmod(p.as_ptr(), mode & 0o7777) })?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            // SAFETY: an empty path with AT_EMPTY_PATH acts on the O_PATH fd.
+            check(unsafe {
+                libc::fchownat(
+                    node.as_raw_fd(),
+                    c"".as_ptr(),
+                    set.uid.unwrap_or(u32::MAX),
+                    set.gid.unwrap_or(u32::MAX),
+                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })?;
+        }
+        if let Some(size) = set.size {
+            let size = i64::try_from(size).map_err(|_| libc::EFBIG)?;
+            match open_file {
+                // SAFETY: a plain syscall on an fd we hold.
+                Some(f) => check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?,
+                None => {
+                    let f = open_node(self.root_fd(), rel, libc::O_WRONLY)?;
+                    // SAFETY: as above.
+                    check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?
+                }
+            };
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let ts = |t: Option<WireTime>| match t {
+                None => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                Some(WireTime::Now) => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                Some(WireTime::At(s, n)) => libc::timespec {
+                    tv_sec: s,
+                    tv_nsec: i64::from(n),
+                },
+            };
+            let times = [ts(set.atime), ts(set.mtime)];
+            // SAFETY: `p` is NUL-terminated and `times` holds two timespecs.
+            check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) })?;
+        }
+        self.getattr_fd(node.as_raw_fd())
+    }
+
+    /// Entries after `cookie`, with attributes; at most `max`.
+    pub fn readdir(&self, rel: &[u8], cookie: u64, max: usize) -> Result<Vec<DirItem>, Errno> {
+        let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let dfd = dir.as_raw_fd();
+        let own = stat_fd(dfd)?;
+        // SAFETY: plain syscall; the cookie came from an earlier getdents d_off.
+        if unsafe { libc::lseek(dfd, cookie as i64, libc::SEEK_SET) } < 0 {
+            return Err(last_errno());
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        'outer: while out.len() < max {
+            // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+            let n =
+                unsafe { libc::syscall(libc::SYS_getdents64, dfd, buf.as_mut_ptr(), buf.len()) };
+            if n < 0 {
+                return Err(last_errno());
+            }
+            if n == 0 {
+                break;
+            }
+            let n = n as usize;
+            let mut pos = 0;
+            while pos + 19 < n {
+                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
+                let off = i64::from_ne_bytes(buf[pos + 8..pos + 16].try_into().unwrap_or([0; 8]));
+                let reclen =
+                    u16::from_ne_bytes(buf[pos + 16..pos + 18].try_into().unwrap_or([0; 2]))
+                        as usize;
+                if reclen == 0 || pos + reclen > n {
+                    return Err(libc::EIO);
+                }
+                let name_bytes = &buf[pos + 19..pos + reclen];
+                let name_len = name_bytes
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(name_bytes.len());
+                let name = &name_bytes[..name_len];
+                pos += reclen;
+                let st = if name == b"." || name == b".." {
+                    // ".." of the root must not reveal what lies above it.
+                    own
+                } else {
+                    match cstr(name).and_then(|c| stat_at(dfd, &c)) {
+                        Ok(st) => st,
+                        Err(libc::ENOENT) => continue,
+                        Err(e) => return Err(e),
+                    }
+                };
+                out.push(DirItem {
+                    name: name.to_vec(),
+                    cookie: off as u64,
+                    entry: self.entry(&st),
+                });
+                if out.len() >= max {
+                    break 'outer;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn mkdir(&self, rel: &[u8], mode: u32) -> Result<Entry, Errno> {
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        // SAFETY: `name` is NUL-terminated.
+        check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode & 0o7777) })?;
+        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+    }
+
+    pub fn remove(&self, rel: &[u8], is_dir: bool) -> Result<(), Errno> {
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: `name` is NUL-terminated.
+        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+        Ok(())
+    }
+
+    pub fn rename(&self, from: &[u8], to: &[u8], flags: u32) -> Result<(), Errno> {
+        let (d1, n1) = open_parent(self.root_fd(), from)?;
+        let (d2, n2) = open_parent(self.root_fd(), to)?;
+        // SAFETY: names are NUL-terminated, fds are ours.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                d1.as_raw_fd(),
+                n1.as_ptr(),
+                d2.as_raw_fd(),
+                n2.as_ptr(),
+                flags,
+            )
+        };
+        if rc < 0 {
+            return Err(last_errno());
+        }
+        Ok(())
+    }
+
+    pub fn symlink(&self, rel: &[u8], target: &[u8]) -> Result<Entry, Errno> {
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        let t = cstr(target)?;
+        // SAFETY: both strings are NUL-terminated. The target is stored, not
+        // followed: later resolutions go through RESOLVE_BENEATH.
+        check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), name.as_ptr()) })?;
+        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+    }
+
+    pub fn readlink(&self, rel: &[u8]) -> Result<Vec<u8>, Errno> {
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: the kernel writes at most `buf.len()` bytes.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(last_errno());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    pub fn link(&self, from: &[u8], to: &[u8]) -> Result<Entry, Errno> {
+        let (d1, n1) = open_parent(self.root_fd(), from)?;
+        let (d2, n2) = open_parent(self.root_fd(), to)?;
+        // SAFETY: names are NUL-terminated; flags 0 never follows a symlink.
+        check(unsafe {
+            libc::linkat(d1.as_raw_fd(), n1.as_ptr(), d2.as_raw_fd(), n2.as_ptr(), 0)
+        })?;
+        Ok(self.entry(&stat_at(d2.as_raw_fd(), &n2)?))
+    }
+
+    pub fn mknod(&self, rel: &[u8], mode: u32, rdev: u32) -> Result<Entry, Errno> {
+        match mode & libc::S_IFMT {
+            libc::S_IFIFO | libc::S_IFREG | libc::S_IFSOCK => {}
+            // Device nodes on a server are a way around its permissions.
+            _ => return Err(libc::EPERM),
+        }
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        // SAFETY: `name` is NUL-terminated.
+        check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, u64::from(rdev)) })?;
+        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+    }
+
+    pub fn statfs(&self, rel: &[u8]) -> Result<StatFs, Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        // SAFETY: an all-zero statfs is valid to overwrite.
+        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `s` is writable for its size.
+        check(unsafe { libc::fstatfs(node.as_raw_fd(), &mut s) })?;
+        Ok(StatFs {
+            blocks: s.f_blocks,
+            bfree: s.f_bfree,
+            bavail: s.f_bavail,
+            files: s.f_files,
+            ffree: s.f_ffree,
+            bsize: s.f_bsize as u32,
+            namelen: s.f_namelen as u32,
+            frsize: s.f_frsize as u32,
+        })
+    }
+
+    /// Opens a file for I/O (`O_NOFOLLOW`, beneath the export).
+    pub fn open_file(&self, rel: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
+        let keep = libc::O_ACCMODE
+            | libc::O_APPEND
+            | libc::O_TRUNC
+            | libc::O_NONBLOCK
+            | libc::O_SYNC
+            | libc::O_DSYNC;
+        open_node(self.root_fd(), rel, flags & keep)
+    }
+
+    pub fn create(&self, rel: &[u8], mode: u32, flags: i32) -> Result<(Entry, OwnedFd), Errno> {
+        let (dir, name) = open_parent(self.root_fd(), rel)?;
+        let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL;
+        let fd = open_beneath(dir.as_raw_fd(), &name, (flags & keep) | libc::O_CREAT, mode)?;
+        Ok((self.entry(&stat_fd(fd.as_raw_fd())?), fd))
+    }
+
+    pub fn xattr_get(&self, rel: &[u8], name: &CStr) -> Result<Vec<u8>, Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        let p = proc_path(&node);
+        let mut buf = vec![0u8; super::super::proto::MAX_XATTR];
+        // SAFETY: strings are NUL-terminated; the kernel writes at most buf.len() bytes.
+        let n = unsafe {
+            libc::getxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(last_errno());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    pub fn xattr_list(&self, rel: &[u8]) -> Result<Vec<Vec<u8>>, Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        let p = proc_path(&node);
+        let mut buf = vec![0u8; super::super::proto::MAX_XATTR];
+        // SAFETY: as above.
+        let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(last_errno());
+        }
+        Ok(buf[..n as usize]
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect())
+    }
+
+    pub fn xattr_set(
+        &self,
+        rel: &[u8],
+        name: &CStr,
+        value: &[u8],
+        flags: i32,
+    ) -> Result<(), Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        let p = proc_path(&node);
+        // SAFETY: strings are NUL-terminated; value is read for its length.
+        check(unsafe {
+            libc::setxattr(
+                p.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                value.len(),
+                flags,
+            )
+        })?;
+        Ok(())
+    }
+
+    pub fn xattr_remove(&self, rel: &[u8], name: &CStr) -> Result<(), Errno> {
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        let p = proc_path(&node);
+        // SAFETY: strings are NUL-terminated.
+        check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
+        Ok(())
+    }
+}

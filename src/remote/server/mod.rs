@@ -1,0 +1,352 @@
+//! `hipfs serve`: exports a directory to many clients.
+//!
+//! Threads: one accepts connections; one per connection reads requests and
+//! hands them to a shared pool of workers, which run them as the calling
+//! user (see [`creds`]) and send the replies. Replies go out in whatever
+//! order requests finish, matched by request id.
+
+mod creds;
+mod export;
+mod resolve;
+mod session;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hipfs_rdma::{Connection, Listener, TransportConfig, TransportKind};
+
+pub use creds::{IdentityPolicy, NOBODY};
+pub use export::Export;
+
+use super::auth::{random_nonce, Token};
+use super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Request, Welcome, MAX_MESSAGE};
+use super::RemoteError;
+use session::Session;
+
+/// How a server runs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub dir: PathBuf,
+    /// `ip:port` to listen on (port 0 picks one).
+    pub listen: String,
+    pub read_only: bool,
+    pub token: Option<Token>,
+    pub transport: TransportKind,
+    pub policy: IdentityPolicy,
+    /// Allow listening beyond loopback without a token.
+    pub insecure: bool,
+    /// Worker threads running requests (0: 4 per CPU, at least 8).
+    pub workers: usize,
+}
+
+impl ServeConfig {
+    pub fn new(dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServeConfig {
+        ServeConfig {
+            dir: dir.into(),
+            listen: listen.into(),
+            read_only: false,
+            token: None,
+            transport: TransportKind::Auto,
+            policy: IdentityPolicy::default(),
+            insecure: false,
+            workers: 0,
+        }
+    }
+}
+
+/// The transport settings both sides use.
+pub fn transport_config(kind: TransportKind) -> TransportConfig {
+    TransportConfig {
+        kind,
+        max_message: MAX_MESSAGE,
+        ..TransportConfig::default()
+    }
+}
+
+pub(crate) struct ServerShared {
+    pub(crate) export: Export,
+    pub(crate) read_only: bool,
+    pub(crate) policy: IdentityPolicy,
+    token: Option<Token>,
+    stopping: AtomicBool,
+    in_flight: AtomicUsize,
+    sessions: Mutex<Vec<Arc<Session>>>,
+}
+
+type Job = (Arc<Session>, Vec<u8>);
+
+/// A running server. Dropping it does not stop it; call [`Server::shutdown`].
+pub struct Server {
+    shared: Arc<ServerShared>,
+    listener: Arc<dyn Listener>,
+    addr: String,
+    accept: Option<JoinHandle<()>>,
+}
+
+fn is_loopback(addr: &str) -> bool {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+impl Server {
+    /// Opens the export, listens, and starts serving in the background.
+    pub fn start(cfg: ServeConfig) -> Result<Server, RemoteError> {
+        if cfg.token.is_none() && !cfg.insecure && !is_loopback(&cfg.listen) {
+            return Err(RemoteError::Config(format!(
+                "refusing to listen on {} without a token: pass --token-file FILE (the same file on the clients), or --insecure to accept any client that can reach the port",
+                cfg.listen
+            )));
+        }
+        let export = Export::open(&cfg.dir)?;
+        // The client applies its own umask; ours must not strip more bits.
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(0) };
+        let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
+            &cfg.listen,
+            &transport_config(cfg.transport),
+        )?);
+        let addr = listener.local_addr();
+        let shared = Arc::new(ServerShared {
+            export,
+            read_only: cfg.read_only,
+            policy: cfg.policy,
+            token: cfg.token.clone(),
+            stopping: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            sessions: Mutex::new(Vec::new()),
+        });
+        let workers = if cfg.workers == 0 {
+            std::thread::available_parallelism().map_or(8, |n| (n.get() * 4).max(8))
+        } else {
+            cfg.workers
+        };
+        let (tx, rx) = sync_channel::<Job>(workers * 8);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..workers {
+            let rx = rx.clone();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("hipfs-worker-{i}"))
+                .spawn(move || worker(shared, rx))?;
+        }
+        let accept = {
+            let shared = shared.clone();
+            let listener = listener.clone();
+            std::thread::Builder::new()
+                .name("hipfs-accept".into())
+                .spawn(move || accept_loop(shared, listener, tx))?
+        };
+        log::info!(
+            "serving {} on {addr}{}",
+            cfg.dir.display(),
+            if cfg.read_only { " (read-only)" } else { "" }
+        );
+        Ok(Server {
+            shared,
+            listener,
+            addr,
+            accept: Some(accept),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn local_addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Stops accepting, lets requests already running finish (up to
+    /// `grace`), then closes every connection.
+    pub fn shutdown(mut self, grace: Duration) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.listener.close();
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let deadline = Instant::now() + grace;
+        while self.shared.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sessions = std::mem::take(
+            &mut *self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for s in sessions {
+            s.conn.close();
+        }
+        log::info!("server on {} stopped", self.addr);
+    }
+}
+
+fn accept_loop(shared: Arc<ServerShared>, listener: Arc<dyn Listener>, tx: SyncSender<Job>) {
+    loop {
+        let conn = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.is_disconnect() || shared.stopping.load(Ordering::SeqCst) => return,
+            Err(e) => {
+                log::warn!("accept: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let conn: Arc<dyn Connection> = Arc::from(conn);
+        let shared = shared.clone();
+        let tx = tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hipfs-conn".into())
+            .spawn(move || serve_connection(shared, conn, tx));
+        if let Err(e) = spawned {
+            log::warn!("cannot start a connection thread: {e}");
+        }
+    }
+}
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Version check and authentication. Returns false when the client was refused.
+fn handshake(shared: &ServerShared, conn: &dyn Connection) -> Result<bool, RemoteError> {
+    let msg = conn.recv(HANDSHAKE_TIMEOUT)?;
+    let refuse = |reason: String| -> Result<bool, RemoteError> {
+        log::warn!("refused {}: {reason}", conn.peer_addr());
+        let _ = conn.send(&Refused { reason }.encode());
+        Ok(false)
+    };
+    let hello = match Hello::decode(&msg) {
+        Ok(h) => h,
+        Err(e) => return refuse(format!("not a hipfs hello message: {e}")),
+    };
+    let version = match hello.negotiate() {
+        Ok(v) => v,
+        Err(why) => return refuse(why),
+    };
+    let nonce = random_nonce()?;
+    conn.send(
+        &Challenge {
+            version,
+            nonce,
+            auth_required: shared.token.is_some(),
+        }
+        .encode(),
+    )?;
+    let proof = match Proof::decode(&conn.recv(HANDSHAKE_TIMEOUT)?) {
+        Ok(p) => p,
+        Err(e) => return refuse(format!("bad proof message: {e}")),
+    };
+    let mac = match &shared.token {
+        Some(t) => {
+            if !t.verify_client(&nonce, &hello.nonce, &proof.mac) {
+                return refuse(
+                    "wrong token: the client's token file does not match the server's".into(),
+                );
+            }
+            t.server_proof(&nonce, &hello.nonce)
+        }
+        None => [0u8; 32],
+    };
+    conn.send(
+        &Welcome {
+            export: shared.export.path.display().to_string(),
+            read_only: shared.read_only,
+            mac,
+        }
+        .encode(),
+    )?;
+    Ok(true)
+}
+
+fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: SyncSender<Job>) {
+    let peer = conn.peer_addr();
+    match handshake(&shared, conn.as_ref()) {
+        Ok(true) => log::info!("client {peer} connected"),
+        Ok(false) => {
+            // Give the refusal time to reach the client before closing.
+            std::thread::sleep(Duration::from_millis(100));
+            conn.close();
+            return;
+        }
+        Err(e) => {
+            log::warn!("handshake with {peer}: {e}");
+            conn.close();
+            return;
+        }
+    }
+    let session = Arc::new(Session::new(conn.clone()));
+    shared
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(session.clone());
+    loop {
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        match conn.recv(Duration::from_millis(500)) {
+            Ok(msg) => {
+                if Kind::of(&msg) != Ok(Kind::Request) {
+                    log::warn!("{peer}: unexpected message; closing");
+                    break;
+                }
+                shared.in_flight.fetch_add(1, Ordering::SeqCst);
+                if tx.send((session.clone(), msg)).is_err() {
+                    shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    break;
+                }
+            }
+            Err(hipfs_rdma::Error::Timeout(_)) => continue,
+            Err(e) => {
+                log::info!("client {peer} gone: {e}");
+                break;
+            }
+        }
+    }
+    shared
+        .sessions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|s| !Arc::ptr_eq(s, &session));
+    if !shared.stopping.load(Ordering::SeqCst) {
+        conn.close();
+    }
+}
+
+fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
+    loop {
+        let job = {
+            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+            rx.recv()
+        };
+        let Ok((session, msg)) = job else { return };
+        let reply = match Request::decode(&msg) {
+            Ok(req) => Some(Reply {
+                id: req.id,
+                result: session.handle(&shared, &req),
+            }),
+            Err(e) => Request::peek_id(&msg).map(|id| {
+                log::debug!("{}: malformed request: {e}", session.conn.peer_addr());
+                Reply {
+                    id,
+                    result: Err(e.errno()),
+                }
+            }),
+        };
+        if let Some(reply) = reply {
+            if let Err(e) = session.conn.send(&reply.encode()) {
+                log::debug!("reply to {}: {e}", session.conn.peer_addr());
+            }
+        }
+        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,269 @@
+//! One client connection on the server: its open files and staging memory,
+//! and the dispatch of each request to the export.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hipfs_rdma::{Connection, LocalRegion};
+
+use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO};
+use super::creds::become_user;
+use super::resolve::{cstr, last_errno, Errno};
+use super::ServerShared;
+
+/// A staging buffer registered on one connection: the source of
+/// `write_remote` for reads that name a destination region.
+struct Staging {
+    // Declared first so it is dropped (deregistered) before the memory goes.
+    region: Arc<LocalRegion>,
+    _mem: Box<[u8]>,
+}
+
+/// Most staging buffers kept per connection (1 MiB each).
+const MAX_STAGING: usize = 16;
+
+pub(crate) struct Session {
+    pub(crate) conn: Arc<dyn Connection>,
+    files: Mutex<HashMap<u64, Arc<OwnedFd>>>,
+    next_fh: AtomicU64,
+    staging: Mutex<Vec<Staging>>,
+}
+
+impl Session {
+    pub(crate) fn new(conn: Arc<dyn Connection>) -> Session {
+        Session {
+            conn,
+            files: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            staging: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn file(&self, fh: u64) -> Result<Arc<OwnedFd>, Errno> {
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned()
+            .ok_or(libc::EBADF)
+    }
+
+    fn add_file(&self, fd: OwnedFd) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, Arc::new(fd));
+        fh
+    }
+
+    fn take_staging(&self) -> Result<Staging, Errno> {
+        if let Some(s) = self.staging.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(s);
+        }
+        let mut mem = vec![0u8; MAX_IO].into_boxed_slice();
+        // SAFETY: `mem` is valid writable memory owned by the Staging that
+        // also owns the region, and the region is dropped first.
+        let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| {
+            log::warn!("cannot register staging memory: {e}");
+            libc::ENOMEM
+        })?;
+        Ok(Staging { region, _mem: mem })
+    }
+
+    fn put_staging(&self, s: Staging) {
+        let mut v = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() < MAX_STAGING {
+            v.push(s);
+        }
+    }
+
+    /// Runs one request and returns its reply payload.
+    pub(crate) fn handle(&self, shared: &ServerShared, req: &Request) -> Result<Payload, Errno> {
+        if shared.read_only && req.op.mutates() {
+            return Err(libc::EROFS);
+        }
+        let cred: WireCred = shared.policy.apply(&req.cred);
+        become_user(&cred)?;
+        let ex = &shared.export;
+        match &req.op {
+            Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
+            Op::Getattr { path, fh } => match fh {
+                Some(fh) => ex
+                    .getattr_fd(self.file(*fh)?.as_raw_fd())
+                    .map(Payload::Attr),
+                None => ex.lookup(path).map(|e| Payload::Attr(e.attr)),
+            },
+            Op::Setattr { path, fh, set } => {
+                let f = match fh {
+                    Some(fh) => Some(self.file(*fh)?),
+                    None => None,
+                };
+                ex.setattr(path, f.as_deref(), set).map(Payload::Attr)
+            }
+            Op::Readdir { path, cookie, max } => ex
+                .readdir(path, *cookie, (*max as usize).clamp(1, 2048))
+                .map(Payload::Dir),
+            Op::Open { path, flags } => {
+                let fd = ex.open_file(path, *flags)?;
+                Ok(Payload::Opened {
+                    fh: self.add_file(fd),
+                })
+            }
+            Op::Create { path, mode, flags } => {
+                let (entry, fd) = ex.create(path, *mode, *flags)?;
+                Ok(Payload::Created {
+                    entry,
+                    fh: self.add_file(fd),
+                })
+            }
+            Op::Release { fh } => {
+                self.files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(fh);
+                Ok(Payload::Empty)
+            }
+            Op::Read {
+                fh,
+                offset,
+                len,
+                dest,
+            } => self.read(*fh, *offset, *len as usize, dest.as_ref()),
+            Op::Write { fh, offset, data } => {
+                let f = self.file(*fh)?;
+                let n = pwrite_all(f.as_raw_fd(), data, *offset)?;
+                Ok(Payload::Written(n as u32))
+            }
+            Op::Fsync { fh, datasync } => {
+                let f = self.file(*fh)?;
+                // SAFETY: plain syscalls on an fd we hold.
+                let rc = unsafe {
+                    if *datasync {
+                        libc::fdatasync(f.as_raw_fd())
+                    } else {
+                        libc::fsync(f.as_raw_fd())
+                    }
+                };
+                if rc < 0 {
+                    return Err(last_errno());
+                }
+                Ok(Payload::Empty)
+            }
+            Op::Flush { fh } => self.file(*fh).map(|_| Payload::Empty),
+            Op::Mkdir { path, mode } => ex.mkdir(path, *mode).map(Payload::Entry),
+            Op::Rmdir { path } => ex.remove(path, true).map(|_| Payload::Empty),
+            Op::Unlink { path } => ex.remove(path, false).map(|_| Payload::Empty),
+            Op::Rename { from, to, flags } => ex.rename(from, to, *flags).map(|_| Payload::Empty),
+            Op::Symlink { path, target } => ex.symlink(path, target).map(Payload::Entry),
+            Op::Readlink { path } => ex.readlink(path).map(Payload::Bytes),
+            Op::Link { from, to } => ex.link(from, to).map(Payload::Entry),
+            Op::Mknod { path, mode, rdev } => ex.mknod(path, *mode, *rdev).map(Payload::Entry),
+            Op::Statfs { path } => ex.statfs(path).map(Payload::Statfs),
+            Op::Getxattr { path, name } => ex.xattr_get(path, &cstr(name)?).map(Payload::Bytes),
+            Op::Listxattr { path } => ex.xattr_list(path).map(Payload::Names),
+            Op::Setxattr {
+                path,
+                name,
+                value,
+                flags,
+            } => ex
+                .xattr_set(path, &cstr(name)?, value, *flags)
+                .map(|_| Payload::Empty),
+            Op::Removexattr { path, name } => {
+                ex.xattr_remove(path, &cstr(name)?).map(|_| Payload::Empty)
+            }
+        }
+    }
+
+    fn read(
+        &self,
+        fh: u64,
+        offset: u64,
+        len: usize,
+        dest: Option<&ReadDest>,
+    ) -> Result<Payload, Errno> {
+        let f = self.file(fh)?;
+        match dest {
+            None => {
+                let mut data = vec![0u8; len];
+                let n = pread_full(f.as_raw_fd(), &mut data, offset)?;
+                data.truncate(n);
+                Ok(Payload::Read { n: n as u32, data })
+            }
+            Some(d) => {
+                let staging = self.take_staging()?;
+                // SAFETY: the staging memory is ours, at least MAX_IO >= len
+                // bytes long, and no one else uses it while we hold it.
+                let buf = unsafe { std::slice::from_raw_parts_mut(staging.region.ptr(), len) };
+                let result = pread_full(f.as_raw_fd(), buf, offset).and_then(|n| {
+                    if n > 0 {
+                        self.conn
+                            .write_remote(&staging.region, 0, n, &d.region, d.offset)
+                            .map_err(|e| {
+                                log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
+                                match e {
+                                    hipfs_rdma::Error::OutOfRange { .. }
+                                    | hipfs_rdma::Error::RemoteRejected(_)
+                                    | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
+                                    _ => libc::EIO,
+                                }
+                            })?;
+                    }
+                    Ok(n)
+                });
+                self.put_staging(staging);
+                let n = result?;
+                Ok(Payload::Read {
+                    n: n as u32,
+                    data: Vec::new(),
+                })
+            }
+        }
+    }
+}
+
+/// Reads until `buf` is full or end of file.
+fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
+    let mut done = 0;
+    while done < buf.len() {
+        let off = i64::try_from(offset + done as u64).map_err(|_| libc::EINVAL)?;
+        // SAFETY: the kernel writes at most the remaining length into `buf`.
+        let n = unsafe { libc::pread(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done, off) };
+        if n < 0 {
+            let e = last_errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+fn pwrite_all(fd: i32, data: &[u8], offset: u64) -> Result<usize, Errno> {
+    let mut done = 0;
+    while done < data.len() {
+        let off = i64::try_from(offset + done as u64).map_err(|_| libc::EFBIG)?;
+        // SAFETY: the kernel reads at most the remaining length of `data`.
+        let n = unsafe { libc::pwrite(fd, data[done..].as_ptr().cast(), data.len() - done, off) };
+        if n < 0 {
+            let e = last_errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            if done > 0 {
+                break;
+            }
+            return Err(e);
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
