@@ -31,7 +31,7 @@ pub const HIPFS_IOC_IDENTIFY: u32 = (IOC_READ << IOC_DIRSHIFT)
     | 1;
 
 /// Packs an identify payload into the ioctl reply buffer. `None` when it is too long.
-pub(crate) fn encode_identify_reply(payload: &[u8]) -> Option<Vec<u8>> {
+fn encode_identify_reply(payload: &[u8]) -> Option<Vec<u8>> {
     if payload.len() > IDENTIFY_MAX_PAYLOAD {
         return None;
     }
@@ -39,6 +39,26 @@ pub(crate) fn encode_identify_reply(payload: &[u8]) -> Option<Vec<u8>> {
     buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     buf.extend_from_slice(payload);
     Some(buf)
+}
+
+/// The adapter's answer to ioctl `cmd` with an output buffer of `out_size` bytes: the reply
+/// bytes, or the errno. Only [`HIPFS_IOC_IDENTIFY`] is known; `payload` asks the backend.
+pub(crate) fn identify_reply(
+    cmd: u32,
+    out_size: u32,
+    payload: impl FnOnce() -> Option<Vec<u8>>,
+) -> Result<Vec<u8>, i32> {
+    if cmd != HIPFS_IOC_IDENTIFY {
+        return Err(libc::ENOTTY);
+    }
+    if (out_size as usize) < IDENTIFY_BUF_LEN {
+        return Err(libc::EINVAL);
+    }
+    let payload = payload().ok_or(libc::ENOTTY)?;
+    encode_identify_reply(&payload).ok_or_else(|| {
+        log::warn!("identify payload of {} bytes is too long", payload.len());
+        libc::EOVERFLOW
+    })
 }
 
 fn decode_identify_reply(buf: &[u8]) -> io::Result<Vec<u8>> {
@@ -89,5 +109,28 @@ mod tests {
         assert!(encode_identify_reply(&[0u8; IDENTIFY_MAX_PAYLOAD + 1]).is_none());
         assert!(decode_identify_reply(&[9, 0, 0, 0, 1]).is_err());
         assert!(decode_identify_reply(&[1, 0]).is_err());
+    }
+
+    #[test]
+    fn only_the_identify_command_is_answered_and_oversized_payloads_overflow() {
+        let ok = identify_reply(HIPFS_IOC_IDENTIFY, 4096, || Some(b"x".to_vec()));
+        assert_eq!(ok, Ok(vec![1, 0, 0, 0, b'x']));
+        assert_eq!(
+            identify_reply(0x5401, 4096, || Some(vec![])),
+            Err(libc::ENOTTY)
+        );
+        assert_eq!(
+            identify_reply(HIPFS_IOC_IDENTIFY, 8, || Some(vec![])),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(
+            identify_reply(HIPFS_IOC_IDENTIFY, 4096, || None),
+            Err(libc::ENOTTY)
+        );
+        let big = || Some(vec![0u8; IDENTIFY_MAX_PAYLOAD + 1]);
+        assert_eq!(
+            identify_reply(HIPFS_IOC_IDENTIFY, 4096, big),
+            Err(libc::EOVERFLOW)
+        );
     }
 }

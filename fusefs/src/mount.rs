@@ -131,6 +131,12 @@ impl MountConfig {
         match std::fs::metadata(&self.mountpoint) {
             Ok(m) if m.is_dir() => Ok(()),
             Ok(_) => bad(format!("{} is not a directory", self.mountpoint.display())),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bad(format!(
+                "{} holds a dead FUSE mount (its server process is gone); remove it with \
+                 `umount -l {}` or `hipfs umount`",
+                self.mountpoint.display(),
+                self.mountpoint.display()
+            )),
             Err(e) => bad(format!("mountpoint {}: {e}", self.mountpoint.display())),
         }
     }
@@ -244,6 +250,9 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
 
 /// Mounts `backend` and serves it on the calling thread (plus `threads - 1` more) until the
 /// filesystem is unmounted from outside (`umount`, `fusermount3 -u`, `hipfs umount`).
+///
+/// A daemon that wants to leave cleanly on SIGTERM calls [`unmount_path`] on the mount point
+/// from its signal-handling thread; this function then returns `Ok(())`.
 pub fn mount_foreground(backend: Arc<dyn Backend>, config: MountConfig) -> Result<(), FuseError> {
     let session = new_session(backend, &config)?;
     session.run().map_err(|source| FuseError::Session {

@@ -13,16 +13,24 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, WriteFlags,
+    AccessFlags, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, WriteFlags,
 };
-use log::{debug, error, warn};
+use log::{error, warn};
+
+mod convert;
+mod dir;
+mod init;
+
+use convert::{fe, is_dot, reply_empty, reply_xattr, to_fuse_attr, to_time, NEGATIVE_ATTR};
+use dir::{fill_readdir, fill_readdirplus};
+use init::negotiate;
 
 use crate::credentials::GroupCache;
-use crate::identify::{encode_identify_reply, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN};
-use crate::{Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, FileKind, SetAttr};
+use crate::identify::identify_reply;
+use crate::{Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, SetAttr};
 
 /// The kernel-facing settings of one mount (derived from [`crate::MountConfig`]).
 #[derive(Clone, Debug)]
@@ -105,6 +113,13 @@ impl FuseAdapter {
         }
     }
 
+    fn reply_attr(&self, reply: ReplyAttr, attr: Result<Attr, Errno>) {
+        match attr {
+            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
+            Err(e) => reply.error(fe(e)),
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, entry: Result<Entry, Errno>) {
         match entry {
             Ok(e) => reply.entry_with_ttls(
@@ -125,119 +140,9 @@ impl FuseAdapter {
     }
 }
 
-/// Attributes sent with a negative entry; the kernel ignores them.
-const NEGATIVE_ATTR: Attr = Attr {
-    ino: 0,
-    size: 0,
-    blocks: 0,
-    atime: SystemTime::UNIX_EPOCH,
-    mtime: SystemTime::UNIX_EPOCH,
-    ctime: SystemTime::UNIX_EPOCH,
-    kind: FileKind::Regular,
-    perm: 0,
-    nlink: 0,
-    uid: 0,
-    gid: 0,
-    rdev: 0,
-    blksize: 0,
-};
-
-fn fe(e: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(e.code())
-}
-
-fn is_dot(name: &OsStr) -> bool {
-    name == "." || name == ".."
-}
-
-fn to_fuse_kind(kind: FileKind) -> fuser::FileType {
-    match kind {
-        FileKind::Regular => fuser::FileType::RegularFile,
-        FileKind::Directory => fuser::FileType::Directory,
-        FileKind::Symlink => fuser::FileType::Symlink,
-        FileKind::Fifo => fuser::FileType::NamedPipe,
-        FileKind::Socket => fuser::FileType::Socket,
-        FileKind::CharDevice => fuser::FileType::CharDevice,
-        FileKind::BlockDevice => fuser::FileType::BlockDevice,
-    }
-}
-
-fn to_fuse_attr(a: &Attr) -> fuser::FileAttr {
-    fuser::FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: a.ctime,
-        kind: to_fuse_kind(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-fn to_time(t: fuser::TimeOrNow) -> crate::TimeOrNow {
-    match t {
-        fuser::TimeOrNow::Now => crate::TimeOrNow::Now,
-        fuser::TimeOrNow::SpecificTime(t) => crate::TimeOrNow::At(t),
-    }
-}
-
-/// Answers a getxattr/listxattr request following the size protocol: size 0 asks for the
-/// length, a too-small buffer gets ERANGE.
-fn reply_xattr(reply: ReplyXattr, size: u32, data: &[u8]) {
-    if size == 0 {
-        match u32::try_from(data.len()) {
-            Ok(len) => reply.size(len),
-            Err(_) => reply.error(fuser::Errno::from_i32(libc::E2BIG)),
-        }
-    } else if data.len() > size as usize {
-        reply.error(fuser::Errno::from_i32(libc::ERANGE))
-    } else {
-        reply.data(data)
-    }
-}
-
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        if let Err(max) = config.set_max_write(self.opts.max_write) {
-            warn!(
-                "max_write {} refused, kernel limit {max}",
-                self.opts.max_write
-            );
-            let _ = config.set_max_write(max);
-        }
-        if let Err(max) = config.set_max_readahead(self.opts.max_readahead) {
-            // The kernel offers its own ceiling; take it rather than fail the mount.
-            debug!(
-                "max_readahead {} above kernel limit {max}",
-                self.opts.max_readahead
-            );
-            let _ = config.set_max_readahead(max);
-        }
-        let _ = config.set_max_background(self.opts.max_background);
-        // Each wanted capability is requested alone so one the kernel lacks does not drop the
-        // others. Readdirplus (always, not "auto") returns attributes with names, which saves
-        // one lookup round trip per entry of `ls -l`; parallel dirops lets lookups in one
-        // directory run concurrently; auto_inval_data drops cached pages when a file changed
-        // on the server (seen through mtime/size on getattr).
-        for cap in [
-            InitFlags::FUSE_DO_READDIRPLUS,
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_AUTO_INVAL_DATA,
-            InitFlags::FUSE_ASYNC_DIO,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
-        ] {
-            if let Err(missing) = config.add_capabilities(cap) {
-                debug!("kernel lacks FUSE capability {missing:?}");
-            }
-        }
+        negotiate(&self.opts, config);
         Ok(())
     }
 
@@ -262,10 +167,10 @@ impl Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.call(|b| b.getattr(ino.0, fh.map(|f| f.0), &self.cred(req))) {
-            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
-            Err(e) => reply.error(fe(e)),
-        }
+        self.reply_attr(
+            reply,
+            self.call(|b| b.getattr(ino.0, fh.map(|f| f.0), &self.cred(req))),
+        )
     }
 
     fn setattr(
@@ -298,10 +203,10 @@ impl Filesystem for FuseAdapter {
             mtime: mtime.map(to_time),
             fh: fh.map(|f| f.0),
         };
-        match self.call(|b| b.setattr(ino.0, &changes, &self.cred(req))) {
-            Ok(a) => reply.attr(&self.opts.attr_timeout, &to_fuse_attr(&a)),
-            Err(e) => reply.error(fe(e)),
-        }
+        self.reply_attr(
+            reply,
+            self.call(|b| b.setattr(ino.0, &changes, &self.cred(req))),
+        )
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -349,20 +254,20 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.call(|b| b.unlink(parent.0, name, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.unlink(parent.0, name, &self.cred(req))),
+        )
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.call(|b| b.rmdir(parent.0, name, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.rmdir(parent.0, name, &self.cred(req))),
+        )
     }
 
     fn symlink(
@@ -403,10 +308,7 @@ impl Filesystem for FuseAdapter {
                 &self.cred(req),
             )
         });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(reply, r)
     }
 
     fn link(
@@ -496,10 +398,10 @@ impl Filesystem for FuseAdapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.call(|b| b.flush(ino.0, fh.0, lock_owner.0, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.flush(ino.0, fh.0, lock_owner.0, &self.cred(req))),
+        )
     }
 
     fn release(
@@ -512,10 +414,10 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.call(|b| b.release(ino.0, fh.0, flags.0, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.release(ino.0, fh.0, flags.0, &self.cred(req))),
+        )
     }
 
     fn fsync(
@@ -526,10 +428,10 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.call(|b| b.fsync(ino.0, fh.0, datasync, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.fsync(ino.0, fh.0, datasync, &self.cred(req))),
+        )
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -551,12 +453,7 @@ impl Filesystem for FuseAdapter {
             Ok(entries) => entries,
             Err(e) => return reply.error(fe(e)),
         };
-        for e in &entries {
-            let kind = to_fuse_kind(e.entry.attr.kind);
-            if reply.add(INodeNo(e.entry.attr.ino), e.offset, kind, &e.name) {
-                break;
-            }
-        }
+        fill_readdir(&mut reply, &entries);
         // Plain readdir hands the kernel no inode references, so none of the lookups the
         // backend counted for these entries are kept.
         self.forget_undelivered(&entries);
@@ -575,21 +472,7 @@ impl Filesystem for FuseAdapter {
             Ok(entries) => entries,
             Err(e) => return reply.error(fe(e)),
         };
-        let mut delivered = entries.len();
-        for (i, e) in entries.iter().enumerate() {
-            let full = reply.add(
-                INodeNo(e.entry.attr.ino),
-                e.offset,
-                &e.name,
-                &self.combined_ttl(),
-                &to_fuse_attr(&e.entry.attr),
-                Generation(e.entry.generation),
-            );
-            if full {
-                delivered = i;
-                break;
-            }
-        }
+        let delivered = fill_readdirplus(&mut reply, &entries, self.combined_ttl());
         self.forget_undelivered(&entries[delivered..]);
         reply.ok();
     }
@@ -602,10 +485,10 @@ impl Filesystem for FuseAdapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        match self.call(|b| b.releasedir(ino.0, fh.0, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.releasedir(ino.0, fh.0, &self.cred(req))),
+        )
     }
 
     fn fsyncdir(
@@ -616,10 +499,10 @@ impl Filesystem for FuseAdapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.call(|b| b.fsyncdir(ino.0, fh.0, datasync, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.fsyncdir(ino.0, fh.0, datasync, &self.cred(req))),
+        )
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -644,10 +527,10 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.call(|b| b.setxattr(ino.0, name, value, flags, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.setxattr(ino.0, name, value, flags, &self.cred(req))),
+        )
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -676,10 +559,10 @@ impl Filesystem for FuseAdapter {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
-        match self.call(|b| b.removexattr(ino.0, name, &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.removexattr(ino.0, name, &self.cred(req))),
+        )
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
@@ -688,10 +571,10 @@ impl Filesystem for FuseAdapter {
                 return reply.error(e);
             }
         }
-        match self.call(|b| b.access(ino.0, mask.bits(), &self.cred(req))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(fe(e)),
-        }
+        reply_empty(
+            reply,
+            self.call(|b| b.access(ino.0, mask.bits(), &self.cred(req))),
+        )
     }
 
     fn create(
@@ -730,21 +613,12 @@ impl Filesystem for FuseAdapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        if cmd != HIPFS_IOC_IDENTIFY {
-            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
-        }
-        if (out_size as usize) < IDENTIFY_BUF_LEN {
-            return reply.error(fuser::Errno::from_i32(libc::EINVAL));
-        }
-        let Some(payload) = self.guarded(|b| b.identify(ino.0, fh.0)).flatten() else {
-            return reply.error(fuser::Errno::from_i32(libc::ENOTTY));
-        };
-        match encode_identify_reply(&payload) {
-            Some(buf) => reply.ioctl(0, &buf),
-            None => {
-                warn!("identify payload of {} bytes is too long", payload.len());
-                reply.error(fuser::Errno::from_i32(libc::EOVERFLOW))
-            }
+        let answer = identify_reply(cmd, out_size, || {
+            self.guarded(|b| b.identify(ino.0, fh.0)).flatten()
+        });
+        match answer {
+            Ok(buf) => reply.ioctl(0, &buf),
+            Err(code) => reply.error(fuser::Errno::from_i32(code)),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! concurrent readers really run in parallel (what the multi-threaded session tests measure).
 //! It also counts what it served, so tests can see what reached the backend.
 
+mod rename;
 mod tree;
 
 use std::ffi::{OsStr, OsString};
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
+use rename::rename_in;
 use tree::{check_name, Content, Dir, Tree, MAX_FILE_SIZE};
 
 use crate::{
@@ -565,84 +567,4 @@ impl Backend for MemFs {
         let t = self.read_tree().ok()?;
         (t.handles.get(&fh) == Some(&ino)).then(|| format!("memfs:ino={ino}:fh={fh}").into_bytes())
     }
-}
-
-/// rename(2) / renameat2(2) on the tree, with the POSIX checks the kernel leaves to us.
-fn rename_in(
-    t: &mut Tree,
-    parent: Ino,
-    name: &OsStr,
-    newparent: Ino,
-    newname: &OsStr,
-    flags: u32,
-) -> Result<()> {
-    let noreplace = libc::RENAME_NOREPLACE;
-    let exchange = libc::RENAME_EXCHANGE;
-    if flags & !(noreplace | exchange) != 0 || flags == noreplace | exchange {
-        return Err(Errno::EINVAL);
-    }
-    let src = t.child(parent, name)?.ok_or(Errno::ENOENT)?;
-    let dst = t.child(newparent, newname)?;
-    let src_is_dir = t.node(src)?.kind == FileKind::Directory;
-    // A directory cannot move below itself.
-    if src_is_dir && t.is_ancestor(src, newparent)? {
-        return Err(Errno::EINVAL);
-    }
-    if flags & exchange != 0 {
-        let dst = dst.ok_or(Errno::ENOENT)?;
-        let dst_is_dir = t.node(dst)?.kind == FileKind::Directory;
-        if dst_is_dir && t.is_ancestor(dst, parent)? {
-            return Err(Errno::EINVAL);
-        }
-        t.node_mut(parent)?.dir_mut()?.insert(name, dst);
-        t.node_mut(newparent)?.dir_mut()?.insert(newname, src);
-        reparent(t, src, src_is_dir, parent, newparent)?;
-        reparent(t, dst, dst_is_dir, newparent, parent)?;
-        return Ok(());
-    }
-    if let Some(dst) = dst {
-        if dst == src {
-            return Ok(());
-        }
-        if flags & noreplace != 0 {
-            return Err(Errno::EEXIST);
-        }
-        let d = t.node(dst)?;
-        match (src_is_dir, d.kind == FileKind::Directory) {
-            (true, false) => return Err(Errno::ENOTDIR),
-            (false, true) => return Err(Errno::EISDIR),
-            (true, true) if !d.dir()?.entries.is_empty() => return Err(Errno::ENOTEMPTY),
-            _ => {}
-        }
-        let dst_is_dir = d.kind == FileKind::Directory;
-        t.node_mut(newparent)?.dir_mut()?.remove(newname);
-        let dn = t.node_mut(dst)?;
-        dn.nlink = if dst_is_dir {
-            0
-        } else {
-            dn.nlink.saturating_sub(1)
-        };
-        dn.ctime = SystemTime::now();
-        if dst_is_dir {
-            t.node_mut(newparent)?.nlink -= 1;
-        }
-        t.maybe_free(dst);
-    }
-    t.node_mut(parent)?.dir_mut()?.remove(name);
-    t.node_mut(newparent)?.dir_mut()?.insert(newname, src);
-    reparent(t, src, src_is_dir, parent, newparent)
-}
-
-/// Fixes `..` and the parents' link counts after `ino` moved from `from` to `to`.
-fn reparent(t: &mut Tree, ino: Ino, is_dir: bool, from: Ino, to: Ino) -> Result<()> {
-    for p in [from, to] {
-        t.node_mut(p)?.touch_modified();
-    }
-    t.node_mut(ino)?.ctime = SystemTime::now();
-    if is_dir && from != to {
-        t.node_mut(ino)?.dir_mut()?.parent = to;
-        t.node_mut(from)?.nlink -= 1;
-        t.node_mut(to)?.nlink += 1;
-    }
-    Ok(())
 }
