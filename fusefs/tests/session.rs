@@ -302,3 +302,25 @@ fn the_kernel_checks_modes_and_the_backend_sees_the_callers_uid() {
     let md = fs::metadata(m.path("by-nobody")).unwrap();
     assert_eq!((md.uid(), md.gid()), (65534, 65534));
 }
+
+#[test]
+fn a_foreground_mount_returns_once_unmounted_from_outside() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let serving = std::thread::spawn(move || {
+        hipfs_fusefs::mount_foreground(Arc::new(MemFs::new()), MountConfig::new(path))
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(dir.path()).unwrap() {
+        assert!(Instant::now() < deadline, "never mounted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fs::write(dir.path().join("f"), b"1").unwrap();
+    hipfs_fusefs::unmount_path(dir.path()).unwrap();
+    serving.join().unwrap().expect("session ends cleanly");
+    assert!(!is_mounted(dir.path()).unwrap());
+}
