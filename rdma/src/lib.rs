@@ -216,9 +216,27 @@ pub trait Connection: Send + Sync {
         remote_off: u64,
     ) -> Result<()>;
 
+    /// Counters of this connection (for `hipfs stats` and tests).
+    fn stats(&self) -> ConnectionStats;
+
     /// Closes the connection: pending and later operations on both sides
     /// fail with [`Error::Disconnected`]. Idempotent.
     fn close(&self);
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Bytes this side moved with `write_remote`.
+    pub bytes_written: u64,
+    /// Bytes this side moved with `read_remote`.
+    pub bytes_read: u64,
+    /// Control messages sent.
+    pub messages_sent: u64,
+    /// One-sided operations of the peer that this side refused (wrong or
+    /// stale key, range outside the region). Always 0 on verbs, where the
+    /// adapter refuses them and the connection fails instead.
+    pub remote_ops_rejected: u64,
 }
 
 /// Accepts connections.

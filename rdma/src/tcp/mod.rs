@@ -1,81 +1,28 @@
-//! The TCP transport.
-use std::os::fd::RawFd;
-use std::sync::Arc;
-use std::time::Duration;
+//! The TCP transport: the same semantics as verbs for hosts without an
+//! RDMA NIC. One-sided operations are frames the peer applies to its
+//! registered regions; see [`frame`] for the wire format.
 
-use crate::{
-    Connection, Error, Listener, LocalRegion, RemoteDescriptor, Result, TransportConfig,
-    TransportKind,
-};
+mod conn;
+pub mod frame;
+mod listener;
+mod regions;
+mod sock;
 
-/// TCP listener (being written).
-pub struct TcpListener;
-/// TCP connection (being written).
-pub struct TcpConnection;
+pub use conn::TcpConnection;
+pub use listener::TcpListener;
 
-impl TcpListener {
-    pub(crate) fn bind(_addr: &str, _cfg: &TransportConfig) -> Result<Self> {
-        Err(Error::Unsupported("tcp: not implemented yet".into()))
+/// 64 random bits from the kernel (connection tokens, key seeds); falls
+/// back to time and pid, which only need to be unlikely to collide.
+pub(crate) fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: writes at most 8 bytes into v.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
+    if n == 8 {
+        return v;
     }
-}
-impl TcpConnection {
-    pub(crate) fn connect(_addr: &str, _cfg: &TransportConfig) -> Result<Self> {
-        Err(Error::Unsupported("tcp: not implemented yet".into()))
-    }
-}
-impl Listener for TcpListener {
-    fn accept(&self) -> Result<Box<dyn Connection>> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    fn local_addr(&self) -> String {
-        String::new()
-    }
-    fn close(&self) {}
-}
-impl Connection for TcpConnection {
-    fn kind(&self) -> TransportKind {
-        TransportKind::Tcp
-    }
-    fn peer_addr(&self) -> String {
-        String::new()
-    }
-    fn send(&self, _msg: &[u8]) -> Result<()> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    fn recv(&self, _t: Duration) -> Result<Vec<u8>> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    unsafe fn register(&self, _p: *mut u8, _l: usize) -> Result<Arc<LocalRegion>> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    unsafe fn register_dmabuf(
-        &self,
-        _fd: RawFd,
-        _o: u64,
-        _l: usize,
-        _i: u64,
-    ) -> Result<Arc<LocalRegion>> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    fn write_remote(
-        &self,
-        _l: &LocalRegion,
-        _lo: usize,
-        _n: usize,
-        _r: &RemoteDescriptor,
-        _ro: u64,
-    ) -> Result<()> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    fn read_remote(
-        &self,
-        _l: &LocalRegion,
-        _lo: usize,
-        _n: usize,
-        _r: &RemoteDescriptor,
-        _ro: u64,
-    ) -> Result<()> {
-        Err(Error::Unsupported("tcp".into()))
-    }
-    fn close(&self) {}
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ (u64::from(std::process::id()) << 32)
 }

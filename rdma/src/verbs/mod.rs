@@ -77,6 +77,9 @@ impl Connection for VerbsConnection {
     ) -> Result<()> {
         Err(Error::Unsupported("verbs".into()))
     }
+    fn stats(&self) -> crate::ConnectionStats {
+        crate::ConnectionStats::default()
+    }
     fn close(&self) {}
 }
 /// Listener for `auto` on a host with a device (being written).

@@ -1,0 +1,237 @@
+//! The TCP transport on loopback: the shared transport suite, plus tests
+//! that need a real second process (killed, stopped) and the `auto` choice.
+
+mod suite;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hipfs_rdma::{connect, devices, Error, RemoteDescriptor, TransportConfig, TransportKind};
+use suite::*;
+
+fn env() -> Env {
+    Env {
+        kind: TransportKind::Tcp,
+        bind: "127.0.0.1:0".into(),
+        big: 64 << 20,
+    }
+}
+
+#[test]
+fn control_messages_arrive_in_order_and_recv_times_out_when_idle() {
+    suite::control_messages_arrive_in_order_and_recv_times_out_when_idle(&env());
+}
+
+#[test]
+fn a_64_mib_write_and_read_arrive_intact() {
+    suite::large_write_and_read_arrive_intact(&env());
+}
+
+#[test]
+fn many_concurrent_operations_from_many_threads_land_where_they_should() {
+    suite::many_concurrent_operations_from_many_threads_land_where_they_should(&env());
+}
+
+#[test]
+fn out_of_range_and_wrong_key_operations_are_refused_on_both_sides_and_touch_nothing() {
+    suite::out_of_range_and_wrong_key_operations_are_refused_and_touch_nothing(&env());
+}
+
+#[test]
+fn a_stale_key_is_refused_after_the_peer_deregisters() {
+    suite::a_stale_key_is_refused_after_the_peer_deregisters(&env());
+}
+
+#[test]
+fn registering_the_same_range_twice_gives_the_same_region() {
+    suite::registering_the_same_range_twice_gives_the_same_region(&env());
+}
+
+#[test]
+fn a_region_of_another_connection_is_not_a_valid_local_side() {
+    suite::a_region_of_another_connection_is_not_a_valid_local_side(&env());
+}
+
+#[test]
+fn closing_one_side_fails_the_other_side_promptly_and_reconnecting_works() {
+    suite::closing_one_side_fails_the_other_side_promptly_and_reconnecting_works(&env());
+}
+
+#[test]
+fn a_peer_closing_mid_transfer_fails_every_pending_operation_within_the_deadline() {
+    suite::a_peer_dying_mid_transfer_fails_every_pending_operation_within_the_deadline(&env());
+}
+
+#[test]
+fn dmabuf_registration_over_tcp_is_unsupported() {
+    let p = pair(&env());
+    let e = unsafe { p.client.register_dmabuf(0, 0, 4096, 0) }.unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)));
+}
+
+#[test]
+fn auto_picks_tcp_on_a_host_without_rdma_devices() {
+    if !devices().unwrap().is_empty() {
+        eprintln!("skipped: this host has RDMA devices");
+        return;
+    }
+    let e = Env {
+        kind: TransportKind::Auto,
+        ..env()
+    };
+    let p = pair(&e);
+    assert_eq!(p.client.kind(), TransportKind::Tcp);
+    assert_eq!(p.server.kind(), TransportKind::Tcp);
+    let v = TransportConfig {
+        kind: TransportKind::Verbs,
+        ..TransportConfig::default()
+    };
+    assert!(matches!(connect("127.0.0.1:1", &v), Err(Error::NoDevice)));
+}
+
+#[test]
+fn connecting_to_a_port_nobody_listens_on_is_an_error_not_a_hang() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    let cfg = TransportConfig {
+        kind: TransportKind::Tcp,
+        op_timeout: Duration::from_secs(5),
+        ..TransportConfig::default()
+    };
+    let t = Instant::now();
+    assert!(connect(&addr, &cfg).is_err());
+    assert!(connect("not an address", &cfg).is_err());
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_listener_that_is_not_hipfs_fails_the_handshake_within_the_deadline() {
+    // A plain TCP server that accepts and says nothing.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let _h = std::thread::spawn(move || {
+        let mut keep = Vec::new();
+        while let Ok((s, _)) = l.accept() {
+            keep.push(s);
+        }
+    });
+    let cfg = TransportConfig {
+        kind: TransportKind::Tcp,
+        lanes: 2,
+        op_timeout: Duration::from_secs(2),
+        ..TransportConfig::default()
+    };
+    let t = Instant::now();
+    let e = connect(&addr, &cfg).err().expect("must fail");
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+const HELPER_ENV: &str = "HIPFS_RDMA_TEST_PEER";
+
+/// Not a test on its own: the peer process for the kill/stop tests. Listens,
+/// prints its address, accepts one connection, shares a 64 MiB region and
+/// then serves until killed.
+#[test]
+#[ignore]
+fn helper_peer_process() {
+    if std::env::var(HELPER_ENV).is_err() {
+        return;
+    }
+    let cfg = TransportConfig {
+        kind: TransportKind::Tcp,
+        ..TransportConfig::default()
+    };
+    let l = hipfs_rdma::listen("127.0.0.1:0", &cfg).unwrap();
+    println!("ADDR {}", l.local_addr());
+    std::io::stdout().flush().unwrap();
+    let c = l.accept().unwrap();
+    let b = Buf::new(64 << 20);
+    let r = b.register(&*c);
+    c.send(&r.descriptor().encode()).unwrap();
+    loop {
+        let _ = c.recv(Duration::from_secs(3600));
+    }
+}
+
+fn spawn_peer() -> (std::process::Child, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_peer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let addr = loop {
+        let l = lines.next().expect("peer exited").unwrap();
+        // libtest prints "test helper_peer_process ... " before our line.
+        if let Some((_, a)) = l.split_once("ADDR ") {
+            break a.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+fn run_against_dying_peer(signal: i32, op_timeout: Duration) -> Vec<(Error, Duration)> {
+    let (mut child, addr) = spawn_peer();
+    let cfg = TransportConfig {
+        kind: TransportKind::Tcp,
+        op_timeout,
+        ..TransportConfig::default()
+    };
+    let c = connect(&addr, &cfg).unwrap();
+    let desc = RemoteDescriptor::decode(&c.recv(Duration::from_secs(10)).unwrap()).unwrap();
+    let src = Buf::new(desc.len as usize);
+    let sr = src.register(&*c);
+    let n = desc.len as usize;
+    let results = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| loop {
+                    if let Err(e) = c.write_remote(&sr, 0, n, &desc, 0) {
+                        return (e, Instant::now());
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let at = Instant::now();
+        unsafe { libc::kill(child.id() as i32, signal) };
+        hs.into_iter()
+            .map(|h| {
+                let (e, t) = h.join().unwrap();
+                (e, t.duration_since(at))
+            })
+            .collect()
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    results
+}
+
+#[test]
+fn a_peer_process_killed_mid_transfer_fails_every_pending_operation_promptly() {
+    for (e, after) in run_against_dying_peer(libc::SIGKILL, Duration::from_secs(10)) {
+        assert!(matches!(e, Error::Disconnected(_)), "{e}");
+        assert!(after < Duration::from_secs(5), "took {after:?}");
+    }
+}
+
+#[test]
+fn a_frozen_peer_process_makes_pending_operations_time_out_at_the_deadline() {
+    let deadline = Duration::from_secs(2);
+    for (e, after) in run_against_dying_peer(libc::SIGSTOP, deadline) {
+        assert!(matches!(e, Error::Timeout(_)), "{e}");
+        assert!(after < deadline + Duration::from_secs(2), "took {after:?}");
+    }
+}
