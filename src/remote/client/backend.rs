@@ -23,10 +23,15 @@ use hipfs_fusefs::{
 use super::super::proto::{Op, Payload, ReadDest, WireCred, WireSetAttr, WireTime, MAX_NAME};
 use super::{Link, RemoteClient};
 
+/// An inode the kernel knows: the paths it was last seen under (several
+/// for hard links, most recent first) and the kernel's lookup count.
 struct Node {
-    path: Vec<u8>,
+    paths: Vec<Vec<u8>>,
     nlookup: u64,
 }
+
+/// Paths remembered per inode (hard links beyond this are found again by lookup).
+const MAX_PATHS: usize = 8;
 
 /// An open file: enough to reopen it on a new connection.
 struct OpenFile {
@@ -100,7 +105,7 @@ impl RemoteFs {
         nodes.insert(
             ROOT_INO,
             Node {
-                path: Vec::new(),
+                paths: vec![Vec::new()],
                 nlookup: 1,
             },
         );
@@ -122,8 +127,35 @@ impl RemoteFs {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&ino)
-            .map(|n| n.path.clone())
+            .and_then(|n| n.paths.first().cloned())
             .ok_or(Errno::new(libc::ESTALE))
+    }
+
+    /// Runs `f` with a path of `ino`; when that name is gone (`ENOENT`, or
+    /// `ESTALE` for a name now naming another file) and the inode has other
+    /// names (hard links), forgets it and tries the next.
+    fn on_node<T>(&self, ino: Ino, f: impl Fn(Vec<u8>) -> Result<T>) -> Result<T> {
+        loop {
+            let paths = self
+                .nodes
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&ino)
+                .map(|n| n.paths.clone())
+                .ok_or(Errno::new(libc::ESTALE))?;
+            let Some(first) = paths.first().cloned() else {
+                return Err(Errno::new(libc::ESTALE));
+            };
+            match f(first.clone()) {
+                Err(e) if paths.len() > 1 && (e == Errno::ENOENT || e.code() == libc::ESTALE) => {
+                    let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+                    if let Some(n) = nodes.get_mut(&ino) {
+                        n.paths.retain(|p| *p != first);
+                    }
+                }
+                r => return r,
+            }
+        }
     }
 
     fn child(&self, parent: Ino, name: &OsStr) -> Result<Vec<u8>> {
@@ -134,10 +166,12 @@ impl RemoteFs {
     fn remember(&self, path: Vec<u8>, e: &Entry) {
         let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
         let n = nodes.entry(e.attr.ino).or_insert(Node {
-            path: Vec::new(),
+            paths: Vec::new(),
             nlookup: 0,
         });
-        n.path = path;
+        n.paths.retain(|p| *p != path);
+        n.paths.insert(0, path);
+        n.paths.truncate(MAX_PATHS);
         n.nlookup += 1;
     }
 
@@ -236,6 +270,16 @@ impl RemoteFs {
             .map_err(errno)
     }
 
+    /// Some open handle of `ino`, if any.
+    fn open_fh_of(&self, ino: Ino) -> Option<u64> {
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(_, f)| f.ino == ino)
+            .map(|(fh, _)| *fh)
+    }
+
     fn add_file(&self, ino: Ino, path: Vec<u8>, flags: i32, epoch: u64, sfh: u64) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.files
@@ -302,21 +346,37 @@ impl Backend for RemoteFs {
     }
 
     fn getattr(&self, ino: Ino, fh: Option<u64>, cred: &Credentials) -> Result<Attr> {
-        let path = self.path_of(ino)?;
-        let p = match fh.filter(|fh| self.file(*fh).is_ok()) {
-            Some(fh) => self.file_call(fh, cred, |sfh, _| {
+        if let Some(fh) = fh.filter(|fh| self.file(*fh).is_ok()) {
+            // Through the open file: works after unlink, and needs no path.
+            let p = self.file_call(fh, cred, |sfh, _| {
                 Ok(Op::Getattr {
-                    path: path.clone(),
+                    path: Vec::new(),
                     fh: Some(sfh),
                 })
-            })?,
-            None => self.call(cred, Op::Getattr { path, fh: None })?,
-        };
-        match p {
-            Payload::Attr(a) if a.ino == ino => Ok(a),
-            // The path now names another file (renamed or replaced behind our back).
-            Payload::Attr(_) => Err(Errno::new(libc::ESTALE)),
-            _ => Err(Errno::EIO),
+            })?;
+            return match p {
+                Payload::Attr(a) => Ok(Attr { ino, ..a }),
+                _ => Err(Errno::EIO),
+            };
+        }
+        let by_path = self.on_node(ino, |path| {
+            match self.call(cred, Op::Getattr { path, fh: None })? {
+                Payload::Attr(a) if a.ino == ino => Ok(a),
+                // The path now names another file (renamed or replaced behind our back).
+                Payload::Attr(_) => Err(Errno::new(libc::ESTALE)),
+                _ => Err(Errno::EIO),
+            }
+        });
+        match by_path {
+            // Unlinked but still open (fstat reaches us without the handle):
+            // ask through any open file of that inode.
+            Err(e) if e == Errno::ENOENT || e.code() == libc::ESTALE => {
+                match self.open_fh_of(ino) {
+                    Some(fh) => self.getattr(ino, Some(fh), cred),
+                    None => Err(e),
+                }
+            }
+            r => r,
         }
     }
 
@@ -338,14 +398,16 @@ impl Backend for RemoteFs {
                     set,
                 })
             })?,
-            None => self.call(
-                cred,
-                Op::Setattr {
-                    path,
-                    fh: None,
-                    set,
-                },
-            )?,
+            None => self.on_node(ino, |path| {
+                self.call(
+                    cred,
+                    Op::Setattr {
+                        path,
+                        fh: None,
+                        set,
+                    },
+                )
+            })?,
         };
         match p {
             Payload::Attr(a) => Ok(a),
@@ -391,18 +453,19 @@ impl Backend for RemoteFs {
     }
 
     fn open(&self, ino: Ino, flags: i32, cred: &Credentials) -> Result<u64> {
-        let path = self.path_of(ino)?;
-        let (epoch, p) = self.open_remote(
-            cred,
-            Op::Open {
-                path: path.clone(),
-                flags,
-            },
-        )?;
-        let Payload::Opened { fh } = p else {
-            return Err(Errno::EIO);
-        };
-        Ok(self.add_file(ino, path, flags, epoch, fh))
+        self.on_node(ino, |path| {
+            let (epoch, p) = self.open_remote(
+                cred,
+                Op::Open {
+                    path: path.clone(),
+                    flags,
+                },
+            )?;
+            let Payload::Opened { fh } = p else {
+                return Err(Errno::EIO);
+            };
+            Ok(self.add_file(ino, path, flags, epoch, fh))
+        })
     }
 
     fn create(
@@ -595,8 +658,10 @@ impl Backend for RemoteFs {
             .unwrap_or_else(|p| p.into_inner())
             .values_mut()
         {
-            if let Some(p) = fix(&n.path) {
-                n.path = p;
+            for path in n.paths.iter_mut() {
+                if let Some(p) = fix(path) {
+                    *path = p;
+                }
             }
         }
         for f in self
@@ -626,17 +691,26 @@ impl Backend for RemoteFs {
     }
 
     fn readlink(&self, ino: Ino, cred: &Credentials) -> Result<OsString> {
-        let path = self.path_of(ino)?;
-        match self.call(cred, Op::Readlink { path })? {
-            Payload::Bytes(b) => Ok(OsString::from_vec(b)),
-            _ => Err(Errno::EIO),
-        }
+        self.on_node(ino, |path| {
+            match self.call(cred, Op::Readlink { path })? {
+                Payload::Bytes(b) => Ok(OsString::from_vec(b)),
+                _ => Err(Errno::EIO),
+            }
+        })
     }
 
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, cred: &Credentials) -> Result<Entry> {
-        let from = self.path_of(ino)?;
         let to = self.child(newparent, newname)?;
-        self.entry_call(cred, to.clone(), Op::Link { from, to })
+        self.on_node(ino, |from| {
+            self.entry_call(
+                cred,
+                to.clone(),
+                Op::Link {
+                    from,
+                    to: to.clone(),
+                },
+            )
+        })
     }
 
     fn mknod(
@@ -662,20 +736,28 @@ impl Backend for RemoteFs {
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<Vec<u8>> {
-        let path = self.path_of(ino)?;
         let name = name.as_bytes().to_vec();
-        match self.call(cred, Op::Getxattr { path, name })? {
-            Payload::Bytes(b) => Ok(b),
-            _ => Err(Errno::EIO),
-        }
+        self.on_node(ino, |path| {
+            match self.call(
+                cred,
+                Op::Getxattr {
+                    path,
+                    name: name.clone(),
+                },
+            )? {
+                Payload::Bytes(b) => Ok(b),
+                _ => Err(Errno::EIO),
+            }
+        })
     }
 
     fn listxattr(&self, ino: Ino, cred: &Credentials) -> Result<Vec<OsString>> {
-        let path = self.path_of(ino)?;
-        match self.call(cred, Op::Listxattr { path })? {
-            Payload::Names(v) => Ok(v.into_iter().map(OsString::from_vec).collect()),
-            _ => Err(Errno::EIO),
-        }
+        self.on_node(ino, |path| {
+            match self.call(cred, Op::Listxattr { path })? {
+                Payload::Names(v) => Ok(v.into_iter().map(OsString::from_vec).collect()),
+                _ => Err(Errno::EIO),
+            }
+        })
     }
 
     fn setxattr(
@@ -686,25 +768,33 @@ impl Backend for RemoteFs {
         flags: i32,
         cred: &Credentials,
     ) -> Result<()> {
-        let path = self.path_of(ino)?;
         let name = name.as_bytes().to_vec();
-        let value = value.to_vec();
-        self.call(
-            cred,
-            Op::Setxattr {
-                path,
-                name,
-                value,
-                flags,
-            },
-        )
-        .map(|_| ())
+        self.on_node(ino, |path| {
+            self.call(
+                cred,
+                Op::Setxattr {
+                    path,
+                    name: name.clone(),
+                    value: value.to_vec(),
+                    flags,
+                },
+            )
+            .map(|_| ())
+        })
     }
 
     fn removexattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
-        let path = self.path_of(ino)?;
         let name = name.as_bytes().to_vec();
-        self.call(cred, Op::Removexattr { path, name }).map(|_| ())
+        self.on_node(ino, |path| {
+            self.call(
+                cred,
+                Op::Removexattr {
+                    path,
+                    name: name.clone(),
+                },
+            )
+            .map(|_| ())
+        })
     }
 
     fn identify(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {

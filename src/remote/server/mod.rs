@@ -109,9 +109,6 @@ impl Server {
             )));
         }
         let export = Export::open(&cfg.dir)?;
-        // The client applies its own umask; ours must not strip more bits.
-        // SAFETY: umask cannot fail.
-        unsafe { libc::umask(0) };
         let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
             &cfg.listen,
             &transport_config(cfg.transport),
@@ -323,6 +320,21 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
 }
 
 fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
+    // The client applies the caller's umask; ours must not strip more bits.
+    // umask is per process unless the thread has its own fs_struct, so take
+    // one: a server embedded in another program (`hipfs mount --local`,
+    // tests) leaves that program's umask alone.
+    // SAFETY: unshare(CLONE_FS) affects only this thread; umask cannot fail.
+    unsafe {
+        if libc::unshare(libc::CLONE_FS) == 0 {
+            libc::umask(0);
+        } else {
+            log::warn!(
+                "unshare(CLONE_FS) failed ({}); created files get the server's umask",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());

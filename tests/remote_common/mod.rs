@@ -1,0 +1,173 @@
+//! Shared set-up of the remote end-to-end tests: a real server on loopback
+//! and a real FUSE mount of it, in this process or as child processes.
+
+#![allow(dead_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions};
+use hipfs::remote::server::{ServeConfig, Server};
+
+/// Why these tests cannot run here, if they cannot.
+pub fn fuse_missing() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    // SAFETY: plain query.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (server identity switching, allow_other)".into());
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = remote_common::fuse_missing() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// A server exporting a fresh directory and a mount of it.
+pub struct Fixture {
+    pub export: tempfile::TempDir,
+    pub mnt: tempfile::TempDir,
+    pub server: Option<Server>,
+    pub mount: Option<LocalMount>,
+    pub addr: String,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        Fixture::with(|_| {}, "")
+    }
+
+    /// `tweak` adjusts the server config; `opts` are `-o` mount options.
+    pub fn with(tweak: impl FnOnce(&mut ServeConfig), opts: &str) -> Fixture {
+        let export = tempfile::tempdir().unwrap();
+        let mnt = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+        cfg.transport = hipfs_rdma::TransportKind::Tcp;
+        tweak(&mut cfg);
+        let server = Server::start(cfg).unwrap();
+        let addr = server.local_addr().to_string();
+        let mut o = MountOptions::parse(opts).unwrap();
+        o.transport = hipfs_rdma::TransportKind::Tcp;
+        let mount = mount_remote(&addr, mnt.path(), &o).unwrap();
+        Fixture {
+            export,
+            mnt,
+            server: Some(server),
+            mount: Some(mount),
+            addr,
+        }
+    }
+
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.path().join(rel)
+    }
+
+    pub fn e(&self, rel: &str) -> PathBuf {
+        self.export.path().join(rel)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            let _ = m.unmount();
+        }
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(2));
+        }
+    }
+}
+
+/// The `hipfs` binary of this build.
+pub fn hipfs_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_hipfs"))
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `hipfs serve` as a child process; waits until it accepts connections.
+pub fn spawn_server(dir: &Path, port: u16, extra: &[&str]) -> Child {
+    let child = Command::new(hipfs_bin())
+        .arg("serve")
+        .arg(dir)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server did not start on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// errno of a failed operation as a name-like string, or "ok".
+pub fn outcome<T>(r: io::Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => match e.raw_os_error() {
+            Some(n) => format!("errno {n} ({})", io::Error::from_raw_os_error(n)),
+            None => format!("error {e}"),
+        },
+    }
+}
+
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// `open(2)` returning the raw fd.
+pub fn open_raw(p: &Path, flags: i32, mode: u32) -> io::Result<i32> {
+    let c = cpath(p);
+    // SAFETY: `c` is NUL-terminated.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+pub fn close(fd: i32) {
+    // SAFETY: closing an fd the test owns.
+    unsafe { libc::close(fd) };
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
