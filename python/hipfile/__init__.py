@@ -29,6 +29,11 @@ RDMA_RELAXED_ORDERING: int = _hipfile.RDMA_RELAXED_ORDERING
 
 __version__: str = _hipfile.__version__
 
+# Show (and pickle) the public classes under the package name users import.
+for _cls in (Buffer, Driver, FileHandle, FileHandleType, HipFileException, OpError):
+    _cls.__module__ = __name__
+del _cls
+
 __all__ = [
     "Buffer",
     "Driver",

@@ -45,17 +45,12 @@ pub enum BindError {
     /// Shape times element size does not fit in the address space.
     #[error("{0} is larger than the address space")]
     TooLarge(&'static str),
-    /// The buffer export was already released.
-    #[error("the buffer export was released")]
-    Released,
 }
 
 impl From<BindError> for PyErr {
     fn from(e: BindError) -> PyErr {
         match e {
-            BindError::NotContiguous(_) | BindError::Released => {
-                PyBufferError::new_err(e.to_string())
-            }
+            BindError::NotContiguous(_) => PyBufferError::new_err(e.to_string()),
             BindError::BadShape(_) | BindError::TooLarge(_) => PyValueError::new_err(e.to_string()),
         }
     }

@@ -4,11 +4,56 @@
 //! Python.
 
 use crate::errors::BindError;
-use pyo3::buffer::PyUntypedBuffer;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 use std::ffi::c_void;
 use std::sync::Mutex;
+
+/// A `Py_buffer` obtained from `PyObject_GetBuffer`, released on drop.
+///
+/// Boxed because exporters may point fields (`shape`, `strides`) into the
+/// struct itself, so it must not move while held.
+struct HeldView(Box<ffi::Py_buffer>);
+
+// SAFETY: a Py_buffer is plain data plus a strong reference to the exporter;
+// it is only read through `&self` and released with the interpreter attached.
+unsafe impl Send for HeldView {}
+// SAFETY: see above: shared access never mutates it.
+unsafe impl Sync for HeldView {}
+
+impl HeldView {
+    /// Requests strides (not `format`, not suboffsets): any exporter whose
+    /// bytes are addressable, including ctypes arrays, which give no strides
+    /// (meaning C order).
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<HeldView> {
+        let mut view = Box::new(ffi::Py_buffer::new());
+        // SAFETY: `obj` is a live object (we hold a reference) and `view`
+        // points to a writable Py_buffer that outlives the call.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, ffi::PyBUF_STRIDES) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(HeldView(view))
+    }
+
+    /// Whether the bytes form one contiguous range (C or Fortran order:
+    /// either way the transfer fills memory order).
+    fn contiguous(&self) -> bool {
+        // SAFETY: the view was filled by a successful PyObject_GetBuffer.
+        unsafe { ffi::PyBuffer_IsContiguous(&*self.0, b'A' as std::ffi::c_char) != 0 }
+    }
+}
+
+impl Drop for HeldView {
+    fn drop(&mut self) {
+        Python::attach(|_py| {
+            // SAFETY: the view came from a successful PyObject_GetBuffer and is
+            // released exactly once, here, with the interpreter attached.
+            unsafe { ffi::PyBuffer_Release(&mut *self.0) }
+        });
+    }
+}
 
 /// A held buffer-protocol export of an object. While it is held the
 /// exporter must keep the memory where it is (a `bytearray` cannot be
@@ -16,7 +61,7 @@ use std::sync::Mutex;
 /// garbage collection) lets go.
 #[pyclass(frozen, module = "hipfile._hipfile")]
 pub struct BufferExport {
-    view: Mutex<Option<PyUntypedBuffer>>,
+    view: Mutex<Option<HeldView>>,
     ptr: usize,
     nbytes: usize,
     readonly: bool,
@@ -49,14 +94,12 @@ impl BufferExport {
     }
 
     /// Lets go of the export; later calls do nothing.
-    fn release(&self, py: Python<'_>) {
+    fn release(&self) {
         let view = match self.view.lock() {
             Ok(mut v) => v.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        if let Some(v) = view {
-            v.release(py);
-        }
+        drop(view);
     }
 
     fn __repr__(&self) -> String {
@@ -67,17 +110,18 @@ impl BufferExport {
     }
 }
 
-/// Takes a buffer-protocol export of `obj`; the memory must be C-contiguous.
+/// Takes a buffer-protocol export of `obj`; the memory must be contiguous.
 #[pyfunction]
 pub fn export_buffer(obj: &Bound<'_, PyAny>) -> PyResult<BufferExport> {
-    let view = PyUntypedBuffer::get(obj)?;
-    if !view.is_c_contiguous() {
+    let view = HeldView::get(obj)?;
+    if !view.contiguous() {
         return Err(BindError::NotContiguous("the buffer").into());
     }
+    let nbytes = usize::try_from(view.0.len).map_err(|_| BindError::TooLarge("the buffer"))?;
     Ok(BufferExport {
-        ptr: view.buf_ptr() as usize,
-        nbytes: view.len_bytes(),
-        readonly: view.readonly(),
+        ptr: view.0.buf as usize,
+        nbytes,
+        readonly: view.0.readonly != 0,
         view: Mutex::new(Some(view)),
     })
 }
