@@ -45,27 +45,138 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
-    /// Read FILE through the library into host memory, beside a parallel pread.
+    /// Read FILE through the library into host memory (or, with --gpu, device
+    /// memory), beside the ceiling measured in the same run.
     ///
-    /// Example: hipfs bench read /tmp/hipfs-2g.bin --create 2G
+    /// Example (host memory): hipfs bench read /tmp/hipfs-2g.bin --create 2G
+    ///
+    /// Example (GPU memory): hipfs bench read /data/8g.bin --gpu --create 8G --configs 16x8M
     Read {
-        file: PathBuf,
-        /// Generate FILE with this size first if it does not exist (e.g. 2G, 512M).
-        #[arg(long, value_parser = parse_size)]
-        create: Option<u64>,
-        /// Bytes per library call (0 = the whole file in one call).
+        #[command(flatten)]
+        args: hipfs::cli::bench_gpu::GpuBenchArgs,
+        /// Read into GPU memory (table: copy ceiling, single-thread pread+copy, hipfs).
+        #[arg(long)]
+        gpu: bool,
+        /// Bytes per library call for host memory (0 = the whole file in one call).
         #[arg(long, default_value = "0", value_parser = parse_size)]
         request: u64,
-        /// Threads of the parallel-pread ceiling (default: CPUs).
+        /// Threads of the host parallel-pread ceiling (default: CPUs).
         #[arg(long)]
         threads: Option<usize>,
-        /// Repetitions; the median is reported.
-        #[arg(long, default_value_t = 5)]
-        repeats: usize,
         /// Hide the progress bar.
         #[arg(long)]
         quiet: bool,
     },
+    /// Write FILE from GPU memory beside the device-to-host copy ceiling.
+    ///
+    /// Example: hipfs bench write /data/8g.bin --gpu --create 8G
+    Write {
+        #[command(flatten)]
+        args: hipfs::cli::bench_gpu::GpuBenchArgs,
+        /// Write from GPU memory (the only mode of this benchmark).
+        #[arg(long)]
+        gpu: bool,
+    },
+    /// One-sided transport throughput on loopback beside a plain socket copy.
+    ///
+    /// Example: hipfs bench transport --size 4G --lanes 4
+    Transport {
+        /// Transport: auto, tcp or verbs.
+        #[arg(long, default_value = "tcp")]
+        kind: String,
+        /// Bytes moved per measurement.
+        #[arg(long, default_value = "2G", value_parser = parse_size)]
+        size: u64,
+        /// Lanes (TCP streams or queue pairs) per connection.
+        #[arg(long, default_value_t = 4)]
+        lanes: usize,
+        /// Repetitions; the median is reported.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+    /// Sequential 1 MiB reads through a hipfs mount beside the same reads
+    /// through the remote client directly (a local server on loopback).
+    ///
+    /// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
+    Mount {
+        file: PathBuf,
+        /// Generate FILE with this size first if it does not exist.
+        #[arg(long, value_parser = parse_size)]
+        create: Option<u64>,
+        /// Repetitions; the median is reported.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+    },
+}
+
+fn run_bench(cmd: BenchCmd) -> hipfs::Result<()> {
+    match cmd {
+        BenchCmd::Read {
+            args, gpu: true, ..
+        } => hipfs::cli::bench_gpu::run_gpu_bench(args),
+        BenchCmd::Read {
+            args,
+            gpu: false,
+            request,
+            threads,
+            quiet,
+        } => {
+            let threads = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+            let opts = hipfs::cli::bench::ReadBenchOptions {
+                file: args.file.clone(),
+                request_size: request as usize,
+                threads,
+                repeats: args.repeats.max(3),
+                create_size: args.create,
+                progress: !quiet,
+            };
+            let rows = hipfs::cli::bench::run_read_bench(&opts)?;
+            hipfs::cli::bench::print_table(
+                &format!(
+                    "hipfs bench read {} (host memory, page-cache resident, median of {})",
+                    args.file.display(),
+                    opts.repeats
+                ),
+                &rows,
+            );
+            Ok(())
+        }
+        BenchCmd::Write { mut args, gpu } => {
+            if !gpu {
+                return Err(hipfs::Error::new(
+                    hipfs::OpError::InvalidValue,
+                    "bench write measures writes from GPU memory: pass --gpu",
+                ));
+            }
+            args.write = true;
+            hipfs::cli::bench_gpu::run_gpu_bench(args)
+        }
+        BenchCmd::Transport {
+            kind,
+            size,
+            lanes,
+            repeats,
+        } => hipfs::cli::bench::run_transport_bench(&kind, size, lanes, repeats),
+        BenchCmd::Mount {
+            file,
+            create,
+            repeats,
+        } => {
+            let opts = hipfs::remote::bench::MountBenchOptions {
+                file: file.clone(),
+                create_size: create,
+                repeats,
+            };
+            let rows = hipfs::remote::bench::bench_mount(&opts)
+                .map_err(|e| hipfs::Error::new(hipfs::OpError::IoNotSupported, e.to_string()))?;
+            hipfs::remote::bench::print_mount_table(
+                &format!("hipfs bench mount {} (median of {repeats})", file.display()),
+                &rows,
+            );
+            Ok(())
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -125,34 +236,11 @@ fn main() -> ExitCode {
             println!("{}", hipfs::stats::snapshot());
             Ok(())
         }
-        Cmd::Bench(BenchCmd::Read {
-            file,
-            create,
-            request,
-            threads,
-            repeats,
-            quiet,
-        }) => {
-            let threads = threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
-            let opts = hipfs::cli::bench::ReadBenchOptions {
-                file: file.clone(),
-                request_size: request as usize,
-                threads,
-                repeats,
-                create_size: create,
-                progress: !quiet,
-            };
-            hipfs::cli::bench::run_read_bench(&opts).map(|rows| {
-                hipfs::cli::bench::print_table(
-                    &format!("hipfs bench read {} (host memory, page-cache resident, median of {repeats})", file.display()),
-                    &rows,
-                );
-                if std::env::var_os("HIPFS_STATS").is_some_and(|v| v == "1") {
-                    println!("\n{}", hipfs::stats::snapshot());
-                }
-            })
-        }
+        Cmd::Bench(cmd) => run_bench(cmd).map(|()| {
+            if std::env::var_os("HIPFS_STATS").is_some_and(|v| v == "1") {
+                println!("\n{}", hipfs::stats::snapshot());
+            }
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -224,3 +224,45 @@ pub fn print_table(title: &str, rows: &[BenchRow]) {
         );
     }
 }
+
+/// `hipfs bench transport`: the transport's one-sided writes on loopback
+/// beside a plain socket copy of the same bytes, both measured now.
+pub fn run_transport_bench(kind: &str, size: u64, lanes: usize, repeats: usize) -> Result<()> {
+    let kind: hipfs_rdma::TransportKind = kind
+        .parse()
+        .map_err(|e| Error::new(OpError::InvalidValue, format!("{e}")))?;
+    let err = |e: hipfs_rdma::Error| Error::new(OpError::DriverError, e.to_string());
+    let mut ceiling = Vec::new();
+    let mut ours = Vec::new();
+    let mut name = String::new();
+    for _ in 0..repeats.max(1) {
+        let c = hipfs_rdma::bench::plain_socket_copy(size).map_err(err)?;
+        ceiling.push(c.elapsed);
+        let t = hipfs_rdma::bench::transport_throughput(kind, size, lanes).map_err(err)?;
+        name = t.name.clone();
+        ours.push(t.elapsed);
+    }
+    let gib = |d: Duration| size as f64 / d.as_secs_f64() / (1u64 << 30) as f64;
+    let c = gib(median(ceiling));
+    let o = gib(median(ours));
+    print_table(
+        &format!(
+            "hipfs bench transport: {} per run on loopback, median of {}",
+            size,
+            repeats.max(1)
+        ),
+        &[
+            BenchRow {
+                name: "ceiling: plain socket copy".to_string(),
+                gib_per_s: c,
+                ratio: 1.0,
+            },
+            BenchRow {
+                name,
+                gib_per_s: o,
+                ratio: o / c,
+            },
+        ],
+    );
+    Ok(())
+}
