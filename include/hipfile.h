@@ -42,13 +42,18 @@ struct timespec;
 /* The application already included the HIP runtime API. */
 #define HIPFILE_HAVE_HIP_RUNTIME 1
 #elif defined(__has_include)
-#if (defined(__HIP_PLATFORM_AMD__) || defined(__HIP_PLATFORM_NVIDIA__) || defined(__HIP__)) && \
-    __has_include(<hip/hip_runtime_api.h>)
+#if defined(__HIP_PLATFORM_NVIDIA__)
+/* HIP on NVIDIA wraps the CUDA runtime, so it needs the CUDA headers too. */
+#if __has_include(<hip/hip_runtime_api.h>) && __has_include(<cuda_runtime_api.h>)
 #include <hip/hip_runtime_api.h>
 #define HIPFILE_HAVE_HIP_RUNTIME 1
-#elif defined(__HIP_PLATFORM_NVIDIA__) && __has_include(<cuda_runtime_api.h>)
+#elif __has_include(<cuda_runtime_api.h>)
 #include <cuda_runtime_api.h>
 #define HIPFILE_CUDA_STREAM 1
+#endif
+#elif (defined(__HIP_PLATFORM_AMD__) || defined(__HIP__)) && __has_include(<hip/hip_runtime_api.h>)
+#include <hip/hip_runtime_api.h>
+#define HIPFILE_HAVE_HIP_RUNTIME 1
 #endif
 #endif
 

@@ -41,10 +41,27 @@ fn c_programs_built_against_the_installed_header_and_library_pass() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     eprintln!("{stderr}");
-    assert!(out.status.success(), "C ABI tests failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "C ABI tests failed:\n{stdout}\n{stderr}"
+    );
     // Every program ran and said so (a runner that skipped one would not).
-    for t in ["layout", "driver", "io", "userspace", "batch", "stream", "dlopen"] {
-        assert!(stdout.contains(&format!("{t}: ok")), "{t} did not report ok:\n{stdout}");
+    for t in [
+        "layout",
+        "driver",
+        "io",
+        "userspace",
+        "batch",
+        "stream",
+        "dlopen",
+    ] {
+        assert!(
+            stdout.contains(&format!("{t}: ok")),
+            "{t} did not report ok:\n{stdout}"
+        );
     }
-    assert!(stdout.contains("exactly the 31 hipFile* functions exported"), "{stdout}");
+    assert!(
+        stdout.contains("exactly the 31 hipFile* functions exported"),
+        "{stdout}"
+    );
 }

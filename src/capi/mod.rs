@@ -82,3 +82,39 @@ fn set_errno(errno: i32) {
 pub(crate) fn invalid(what: &str) -> Error {
     Error::new(OpError::InvalidValue, what)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_a_status_body_becomes_internal_error() {
+        let r = ffi_status(|| panic!("boom"));
+        assert_eq!(r.err, OpError::InternalError.code());
+        assert_eq!(ffi_status(|| Ok(())).err, 0);
+    }
+
+    #[test]
+    fn a_panic_in_a_read_body_becomes_minus_5030() {
+        assert_eq!(ffi_ssize(|| panic!("boom")), -5030);
+        assert_eq!(ffi_ssize(|| Ok(12)), 12);
+    }
+
+    #[test]
+    fn read_errors_follow_the_return_conventions() {
+        let errno = || std::io::Error::last_os_error().raw_os_error();
+        assert_eq!(
+            ffi_ssize(|| Err(Error::new(OpError::DriverNotInitialized, "closed"))),
+            -1
+        );
+        assert_eq!(errno(), Some(libc::EINVAL));
+        assert_eq!(ffi_ssize(|| Err(Error::system(libc::ENOSPC, "w"))), -1);
+        assert_eq!(errno(), Some(libc::ENOSPC));
+        assert_eq!(
+            ffi_ssize(|| Err(Error::new(OpError::HandleNotRegistered, "h"))),
+            -5027
+        );
+        let g = ffi_status(|| Err(Error::gpu(700, "copy")));
+        assert_eq!((g.err, g.hip_drv_err), (5011, 700));
+    }
+}

@@ -59,6 +59,20 @@ else
     note header "FAIL"; fail=1
 fi
 
+# Where the HIP runtime headers exist, the layout must hold with them too
+# (the AMD Python bindings compile the header with __HIP_PLATFORM_AMD__).
+if printf '#include <hip/hip_runtime_api.h>\n' | gcc -D__HIP_PLATFORM_AMD__ -E -x c - >/dev/null 2>&1; then
+    if gcc -std=c11 -Wall -Wextra -Werror -D__HIP_PLATFORM_AMD__ "$here/layout.c" -o "$work/layout-hip" $flags &&
+        LD_LIBRARY_PATH=$libdir "$work/layout-hip" >/dev/null; then
+        note header "layout holds with <hip/hip_runtime_api.h> (__HIP_PLATFORM_AMD__)"
+        pass=$((pass + 1))
+    else
+        note header "FAIL: layout with the HIP runtime header"; fail=1
+    fi
+else
+    note header "no HIP runtime headers here: stand-in hipError_t/hipStream_t only"
+fi
+
 all=(layout driver io userspace batch stream dlopen)
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=("${all[@]}")
