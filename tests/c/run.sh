@@ -105,5 +105,16 @@ for t in "${tests[@]}"; do
     printf '%s\n' "$out" | sed 's/^/    /'
 done
 
+# The same round trip through Python's ctypes, when python3 is there.
+if command -v python3 >/dev/null; then
+    mkdir -p "$work/scratch-ctypes"
+    if out=$(timeout 120 python3 "$here/ctypes_roundtrip.py" "$work/scratch-ctypes" "$libdir/libhipfile.so.0" 2>&1); then
+        note ctypes "ok"; pass=$((pass + 1))
+    else
+        note ctypes "FAIL"; fail=1
+    fi
+    printf '%s\n' "$out" | sed 's/^/    /'
+fi
+
 echo "c-abi: $pass passed, $([ $fail = 0 ] && echo 0 || echo some) failed"
 exit $fail
