@@ -2,5 +2,6 @@
 //! stays a thin layer.
 
 pub mod bench;
+pub mod bench_gpu;
 pub mod check;
 pub mod remote_cmds;

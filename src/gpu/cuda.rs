@@ -1,15 +1,196 @@
-//! The CUDA runtime (cudarc, loaded dynamically). Being written: until then
-//! the probe reports it unavailable and the host runtime is used.
+//! The CUDA runtime: NVIDIA GPUs through the driver API (libcuda), loaded
+//! with `dlopen` by cudarc, so a build with this runtime still starts on a
+//! machine without any NVIDIA library. Every device is used through its
+//! primary context (the one the CUDA runtime API and the frameworks share).
 
-use super::GpuRuntime;
+use super::{DeviceGuard, GpuRuntime, MemoryKind, PointerInfo};
+use crate::error::{Error, OpError, Result};
+use cudarc::driver::sys;
+use std::cell::Cell;
+use std::ffi::c_void;
+
+/// Every driver symbol this runtime calls. cudarc resolves a symbol at its
+/// first call and panics when it is missing, so the probe checks them all
+/// up front and refuses a driver that lacks one.
+const SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDevicePrimaryCtxRetain",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuPointerGetAttributes",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuLaunchHostFunc",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemsetD8_v2",
+    "cuGetErrorString",
+];
 
 /// NVIDIA GPUs through the CUDA driver API.
-pub struct CudaRuntime;
+pub struct CudaRuntime {
+    /// Primary context of each device, by ordinal.
+    contexts: Vec<usize>,
+    driver_version: i32,
+    /// Flags of the pipeline's events: blocking sync by default, so a worker
+    /// waiting for the GPU sleeps instead of spinning on a core the other
+    /// workers need for their page-cache copies (`HIPFS_CUDA_SPIN=1` spins).
+    event_flags: u32,
+}
+
+fn describe(r: sys::CUresult) -> String {
+    let mut s: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorString writes a pointer to a static string (or leaves it null).
+    let ok = unsafe { sys::cuGetErrorString(r, &mut s) } == sys::CUresult::CUDA_SUCCESS;
+    if ok && !s.is_null() {
+        // SAFETY: the driver returns a NUL-terminated static string.
+        let text = unsafe { std::ffi::CStr::from_ptr(s) };
+        format!("{} ({r:?})", text.to_string_lossy())
+    } else {
+        format!("{r:?}")
+    }
+}
+
+fn check(r: sys::CUresult, what: &str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::new(
+            OpError::HipDriverError,
+            format!("{what}: {}", describe(r)),
+        ))
+    }
+}
+
+thread_local! {
+    /// The context this runtime last made current on this thread (0: none):
+    /// saves a driver call per copy on worker threads.
+    static BOUND: Cell<usize> = const { Cell::new(0) };
+}
 
 impl CudaRuntime {
-    /// Finds libcuda and its devices.
-    pub fn probe() -> Result<CudaRuntime, String> {
-        Err("the CUDA runtime is not built yet".to_string())
+    /// Finds libcuda (without loading it into a process that lacks it) and
+    /// its devices.
+    pub fn probe() -> std::result::Result<CudaRuntime, String> {
+        // SAFETY: only tries to dlopen the candidate names and closes them again.
+        if !unsafe { sys::is_culib_present() } {
+            return Err("libcuda.so not found".to_string());
+        }
+        // SAFETY: the library is present (checked above), so culib() does not panic.
+        let lib = unsafe { sys::culib() };
+        for name in SYMBOLS {
+            // SAFETY: a symbol lookup; the pointer is not called here.
+            if unsafe { lib.get::<*const c_void>(name.as_bytes()) }.is_err() {
+                return Err(format!("libcuda lacks {name}"));
+            }
+        }
+        // SAFETY: cuInit(0) is the documented first call.
+        let r = unsafe { sys::cuInit(0) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuInit: {}", describe(r)));
+        }
+        let mut version = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { sys::cuDriverGetVersion(&mut version) };
+        let mut count = 0;
+        // SAFETY: out-pointer to a local.
+        let r = unsafe { sys::cuDeviceGetCount(&mut count) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuDeviceGetCount: {}", describe(r)));
+        }
+        let mut contexts = Vec::new();
+        for ordinal in 0..count {
+            let mut dev = 0;
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: out-pointers to locals; ordinal < count.
+            let r = unsafe { sys::cuDeviceGet(&mut dev, ordinal) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(format!("cuDeviceGet({ordinal}): {}", describe(r)));
+            }
+            // SAFETY: dev is a valid device; the retained context lives as
+            // long as the process (the runtime is a process-wide static).
+            let r = unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(format!(
+                    "cuDevicePrimaryCtxRetain({ordinal}): {}",
+                    describe(r)
+                ));
+            }
+            contexts.push(ctx as usize);
+        }
+        let spin = std::env::var("HIPFS_CUDA_SPIN").is_ok_and(|v| v.trim() == "1");
+        // CU_EVENT_DISABLE_TIMING (2), plus CU_EVENT_BLOCKING_SYNC (1) unless spinning.
+        let event_flags = if spin { 2 } else { 3 };
+        Ok(CudaRuntime {
+            contexts,
+            driver_version: version,
+            event_flags,
+        })
+    }
+
+    /// The driver's CUDA version (e.g. 13000).
+    pub fn driver_version(&self) -> i32 {
+        self.driver_version
+    }
+
+    fn context(&self, device: i32) -> Result<usize> {
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.contexts.get(d).copied())
+            .ok_or_else(|| Error::new(OpError::DeviceNotFound, format!("no CUDA device {device}")))
+    }
+
+    /// Makes a context current on this thread when none is (pointer queries
+    /// and copies need one); leaves a caller's own context alone.
+    fn ensure_context(&self) -> Result<()> {
+        if BOUND.with(|b| b.get()) != 0 {
+            return Ok(());
+        }
+        let mut cur: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
+        if cur.is_null() {
+            let ctx = self.context(0)?;
+            // SAFETY: ctx is a retained primary context.
+            check(
+                unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
+                "cuCtxSetCurrent",
+            )?;
+            BOUND.with(|b| b.set(ctx));
+        }
+        Ok(())
+    }
+
+    fn sync_copy(&self, device: i32, f: impl FnOnce() -> sys::CUresult, what: &str) -> Result<()> {
+        let _guard = self.bind(device)?;
+        check(f(), what)
+    }
+}
+
+/// The host function trampoline of `cuLaunchHostFunc`.
+unsafe extern "C" fn run_boxed(data: *mut c_void) {
+    // SAFETY: data is the Box<Box<dyn FnOnce>> leaked by launch_host_func,
+    // and the driver calls each host function exactly once.
+    let f = unsafe { Box::from_raw(data as *mut Box<dyn FnOnce() + Send>) };
+    // A panic must not unwind into the driver's thread.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).is_err() {
+        log::error!("a stream-ordered host function panicked");
     }
 }
 
@@ -17,22 +198,307 @@ impl GpuRuntime for CudaRuntime {
     fn name(&self) -> &'static str {
         "cuda"
     }
+
     fn device_count(&self) -> usize {
-        0
+        self.contexts.len()
     }
-    fn pointer_info(&self, _ptr: usize) -> Option<super::PointerInfo> {
-        None
+
+    fn pointer_info(&self, ptr: usize) -> Option<PointerInfo> {
+        self.check_pointer(ptr).ok().flatten()
     }
-    fn copy_to_device(&self, _dst: usize, _src: &[u8]) -> crate::Result<()> {
-        Err(crate::Error::new(crate::OpError::DeviceNotFound, "no CUDA"))
+
+    fn check_pointer(&self, ptr: usize) -> Result<Option<PointerInfo>> {
+        self.ensure_context()?;
+        let mut mem_type: u32 = 0;
+        let mut ordinal: i32 = -1;
+        let mut is_managed: u32 = 0;
+        let mut start: u64 = 0;
+        let mut size: usize = 0;
+        let mut attrs = [
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        ];
+        let mut data: [*mut c_void; 5] = [
+            (&mut mem_type as *mut u32).cast(),
+            (&mut ordinal as *mut i32).cast(),
+            (&mut is_managed as *mut u32).cast(),
+            (&mut start as *mut u64).cast(),
+            (&mut size as *mut usize).cast(),
+        ];
+        // SAFETY: each data slot points at a local of the size the attribute
+        // writes (CUmemorytype: 4 bytes, ordinal: int, is_managed: bool as
+        // unsigned int, range start: CUdeviceptr, range size: size_t). Unlike
+        // cuPointerGetAttribute, this call succeeds on unknown pointers and
+        // leaves the values at zero.
+        let r = unsafe {
+            sys::cuPointerGetAttributes(5, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr as u64)
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(Error::new(
+                OpError::HipPointerInvalid,
+                format!("cuPointerGetAttributes({ptr:#x}): {}", describe(r)),
+            ));
+        }
+        const HOST: u32 = 1;
+        const DEVICE: u32 = 2;
+        const UNIFIED: u32 = 4;
+        let kind = match (mem_type, is_managed != 0) {
+            (0, _) => return Ok(None),
+            (_, true) => MemoryKind::Managed,
+            (HOST, false) => MemoryKind::PinnedHost,
+            (DEVICE, false) => MemoryKind::Device,
+            (UNIFIED, false) => MemoryKind::Managed,
+            (other, _) => {
+                return Err(Error::new(
+                    OpError::HipMemoryTypeInvalid,
+                    format!("{ptr:#x} is CUDA memory of type {other} (an array?), which file I/O cannot address"),
+                ))
+            }
+        };
+        let (base, size) = if start != 0 && size != 0 {
+            (start as usize, size)
+        } else {
+            (ptr, usize::MAX - ptr)
+        };
+        let device = if kind == MemoryKind::PinnedHost {
+            -1
+        } else {
+            ordinal
+        };
+        Ok(Some(PointerInfo {
+            kind,
+            base,
+            size,
+            device,
+        }))
     }
-    fn copy_from_device(&self, _dst: &mut [u8], _src: usize) -> crate::Result<()> {
-        Err(crate::Error::new(crate::OpError::DeviceNotFound, "no CUDA"))
+
+    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+        let device = self.pointer_info(dst).map_or(0, |i| i.device.max(0));
+        self.sync_copy(
+            device,
+            // SAFETY: src is a live slice; dst is the caller's device range.
+            || unsafe { sys::cuMemcpyHtoD_v2(dst as u64, src.as_ptr().cast(), src.len()) },
+            "cuMemcpyHtoD",
+        )
     }
-    fn launch_host_func(&self, _s: usize, _f: Box<dyn FnOnce() + Send>) -> crate::Result<()> {
-        Err(crate::Error::new(crate::OpError::DeviceNotFound, "no CUDA"))
+
+    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+        let device = self.pointer_info(src).map_or(0, |i| i.device.max(0));
+        let len = dst.len();
+        let ptr = dst.as_mut_ptr();
+        self.sync_copy(
+            device,
+            // SAFETY: dst is a live mutable slice of len bytes.
+            || unsafe { sys::cuMemcpyDtoH_v2(ptr.cast(), src as u64, len) },
+            "cuMemcpyDtoH",
+        )
     }
-    fn stream_synchronize(&self, _s: usize) -> crate::Result<()> {
-        Err(crate::Error::new(crate::OpError::DeviceNotFound, "no CUDA"))
+
+    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        self.ensure_context()?;
+        let data = Box::into_raw(Box::new(f));
+        // SAFETY: run_boxed takes ownership of data exactly once when the
+        // stream reaches it; stream is the caller's CUstream (0: legacy default).
+        let r =
+            unsafe { sys::cuLaunchHostFunc(stream as sys::CUstream, Some(run_boxed), data.cast()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused it, so data was never handed over.
+            drop(unsafe { Box::from_raw(data) });
+        }
+        check(r, "cuLaunchHostFunc")
+    }
+
+    fn stream_synchronize(&self, stream: usize) -> Result<()> {
+        self.ensure_context()?;
+        // SAFETY: stream is a CUstream handle (0: legacy default stream).
+        check(
+            unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) },
+            "cuStreamSynchronize",
+        )
+    }
+
+    fn bind(&self, device: i32) -> Result<DeviceGuard> {
+        let ctx = self.context(device)?;
+        if BOUND.with(|b| b.get()) == ctx {
+            return Ok(DeviceGuard::new(None));
+        }
+        let mut prev: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(
+            unsafe { sys::cuCtxGetCurrent(&mut prev) },
+            "cuCtxGetCurrent",
+        )?;
+        if prev as usize == ctx {
+            BOUND.with(|b| b.set(ctx));
+            return Ok(DeviceGuard::new(None));
+        }
+        // SAFETY: ctx is a retained primary context.
+        check(
+            unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
+            "cuCtxSetCurrent",
+        )?;
+        BOUND.with(|b| b.set(ctx));
+        let prev = prev as usize;
+        Ok(DeviceGuard::new(Some(Box::new(move || {
+            // Give the caller's thread back the context it had.
+            // SAFETY: prev was current on this thread (or null) before.
+            unsafe { sys::cuCtxSetCurrent(prev as sys::CUcontext) };
+            BOUND.with(|b| b.set(prev));
+        }))))
+    }
+
+    fn alloc_pinned(&self, len: usize) -> Result<usize> {
+        self.ensure_context()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; PORTABLE makes it pinned for every context.
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) },
+            "cuMemHostAlloc",
+        )?;
+        Ok(p as usize)
+    }
+
+    fn free_pinned(&self, ptr: usize) {
+        // SAFETY: ptr came from cuMemHostAlloc and is freed once.
+        let r = unsafe { sys::cuMemFreeHost(ptr as *mut c_void) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            log::warn!("cuMemFreeHost: {}", describe(r));
+        }
+    }
+
+    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+        self.ensure_context()?;
+        // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
+        check(
+            unsafe {
+                sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
+            },
+            "cuMemHostRegister",
+        )
+    }
+
+    fn unregister_host(&self, ptr: usize) {
+        // SAFETY: ptr was registered by register_host.
+        let r = unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            log::warn!("cuMemHostUnregister: {}", describe(r));
+        }
+    }
+
+    fn stream_create(&self, device: i32) -> Result<usize> {
+        let _g = self.bind(device)?;
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local. Non-blocking: the application's
+        // work on the legacy default stream does not serialise with ours.
+        check(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?;
+        Ok(s as usize)
+    }
+
+    fn stream_destroy(&self, stream: usize) {
+        // SAFETY: stream came from stream_create and is destroyed once.
+        unsafe { sys::cuStreamDestroy_v2(stream as sys::CUstream) };
+    }
+
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded caller guarantees.
+        check(
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(dst as u64, src.cast(), len, stream as sys::CUstream)
+            },
+            "cuMemcpyHtoDAsync",
+        )
+    }
+
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        src: usize,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded caller guarantees.
+        check(
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as u64, len, stream as sys::CUstream)
+            },
+            "cuMemcpyDtoHAsync",
+        )
+    }
+
+    fn event_create(&self) -> Result<usize> {
+        self.ensure_context()?;
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; flags as chosen in probe().
+        check(
+            unsafe { sys::cuEventCreate(&mut e, self.event_flags) },
+            "cuEventCreate",
+        )?;
+        Ok(e as usize)
+    }
+
+    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
+        // SAFETY: handles from event_create / stream_create.
+        check(
+            unsafe { sys::cuEventRecord(event as sys::CUevent, stream as sys::CUstream) },
+            "cuEventRecord",
+        )
+    }
+
+    fn event_synchronize(&self, event: usize) -> Result<()> {
+        // SAFETY: handle from event_create.
+        check(
+            unsafe { sys::cuEventSynchronize(event as sys::CUevent) },
+            "cuEventSynchronize",
+        )
+    }
+
+    fn event_destroy(&self, event: usize) {
+        // SAFETY: handle from event_create, destroyed once.
+        unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
+    }
+
+    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+        let _g = self.bind(device)?;
+        let mut p: u64 = 0;
+        // SAFETY: out-pointer to a local.
+        check(
+            unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
+            "cuMemAlloc",
+        )?;
+        Ok(p as usize)
+    }
+
+    fn device_free(&self, ptr: usize) {
+        if self.ensure_context().is_err() {
+            return;
+        }
+        // SAFETY: ptr came from device_alloc and is freed once.
+        unsafe { sys::cuMemFree_v2(ptr as u64) };
+    }
+
+    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+        let device = self.pointer_info(ptr).map_or(0, |i| i.device.max(0));
+        let _g = self.bind(device)?;
+        // SAFETY: the caller's device range.
+        check(
+            unsafe { sys::cuMemsetD8_v2(ptr as u64, byte, len) },
+            "cuMemsetD8",
+        )?;
+        // The memset is asynchronous to the host: finish it before returning.
+        // SAFETY: the legacy default stream of the bound context.
+        check(
+            unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
+            "cuStreamSynchronize",
+        )
     }
 }

@@ -98,7 +98,13 @@ pub trait GpuRuntime: Send + Sync {
     /// `src` must stay valid and unchanged for `len` bytes until the copy is
     /// known complete (event or stream synchronisation); `dst..dst+len` must
     /// be device memory of the stream's device.
-    unsafe fn copy_to_device_async(&self, dst: usize, src: *const u8, len: usize, stream: usize) -> Result<()> {
+    unsafe fn copy_to_device_async(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
         let _ = (dst, src, len, stream);
         Err(no_gpu())
     }
@@ -107,7 +113,13 @@ pub trait GpuRuntime: Send + Sync {
     /// # Safety
     /// `dst` must stay valid and untouched for `len` bytes until the copy is
     /// known complete.
-    unsafe fn copy_from_device_async(&self, dst: *mut u8, src: usize, len: usize, stream: usize) -> Result<()> {
+    unsafe fn copy_from_device_async(
+        &self,
+        dst: *mut u8,
+        src: usize,
+        len: usize,
+        stream: usize,
+    ) -> Result<()> {
         let _ = (dst, src, len, stream);
         Err(no_gpu())
     }
@@ -228,25 +240,55 @@ pub mod cuda;
 #[cfg(feature = "hip")]
 pub mod hip;
 
+static SELECTION: OnceLock<String> = OnceLock::new();
+
+/// Why the runtime in use was chosen, in one line (also logged once).
+pub fn selection_message() -> &'static str {
+    runtime();
+    SELECTION.get().map_or("", String::as_str)
+}
+
 fn select() -> Box<dyn GpuRuntime> {
     let wanted = std::env::var("HIPFS_GPU_RUNTIME").ok();
-    if wanted.as_deref() == Some("host") {
-        return Box::new(HostRuntime::new());
+    let (rt, why) = choose(wanted.as_deref());
+    log::info!("{why}");
+    let _ = SELECTION.set(why);
+    rt
+}
+
+fn choose(wanted: Option<&str>) -> (Box<dyn GpuRuntime>, String) {
+    if wanted == Some("host") {
+        return (
+            Box::new(HostRuntime::new()),
+            "GPU runtime: host (HIPFS_GPU_RUNTIME=host)".to_string(),
+        );
     }
+    let mut tried = Vec::new();
     for (name, probe) in candidates() {
-        if wanted.as_deref().is_some_and(|w| w != name) {
+        if wanted.is_some_and(|w| w != name) {
             continue;
         }
         match probe() {
             Ok(rt) if rt.device_count() > 0 => {
-                log::info!("GPU runtime {name}: {} device(s)", rt.device_count());
-                return rt;
+                let msg = format!("GPU runtime: {name} with {} device(s)", rt.device_count());
+                return (rt, msg);
             }
-            Ok(_) => log::info!("GPU runtime {name}: no device; using host memory"),
-            Err(why) => log::info!("GPU runtime {name} unavailable ({why}); using host memory"),
+            Ok(_) => tried.push(format!("{name}: no device")),
+            Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
-    Box::new(HostRuntime::new())
+    if let Some(w) = wanted.filter(|w| !candidates().iter().any(|(n, _)| n == w)) {
+        tried.push(format!("HIPFS_GPU_RUNTIME={w} is not compiled in"));
+    }
+    let detail = if tried.is_empty() {
+        "no GPU runtime compiled in".to_string()
+    } else {
+        tried.join("; ")
+    };
+    (
+        Box::new(HostRuntime::new()),
+        format!("GPU runtime: host memory only ({detail})"),
+    )
 }
 
 /// Classifies `ptr`: the runtime's answer, or pageable host memory.

@@ -1,6 +1,7 @@
 //! The I/O engine: validates a request, picks the path for its destination
 //! and splits large requests across the worker pool.
 
+pub mod bounce_pool;
 mod host_path;
 pub mod posix;
 pub mod staged;

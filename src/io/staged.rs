@@ -1,49 +1,280 @@
-//! Device-memory destinations: file bytes are staged through host bounce
-//! buffers and copied to the GPU by the runtime, one bounce per worker.
+//! Device-memory destinations of a local file: the pipelined bounce path.
+//!
+//! Several workers each hold a lane (a stream and `depth` pinned slabs,
+//! see `bounce_pool`). Reading, a worker claims the next chunk, waits until
+//! the GPU has finished with its next slab, reads the file into that slab
+//! (a page-cache copy, or O_DIRECT for uncached pages) and enqueues the
+//! host-to-device copy on its stream, so its file reads overlap its copies
+//! and the workers' copies overlap one another. Writing is the reverse: the
+//! device-to-host copy of the next chunk runs while the current one is
+//! written to the file. Where the runtime has a peer-to-peer file path
+//! (AMD's `hipAmdFileRead`), aligned requests try that first.
 
+use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, with_bounce, write_range};
-use super::posix::PosixFile;
-use super::{run_chunks, Dir, Request};
+use super::posix::{PosixFile, MAX_RW_COUNT};
+use super::{workers, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu;
+use crate::gpu::{self, GpuRuntime};
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
 
 /// Moves one request between device memory and a local file.
 pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result<usize> {
     let rt = gpu::runtime();
-    let chunk = config.chunk_bytes().div_ceil(pf.offset_align) * pf.offset_align;
-    run_chunks(
-        req.file_offset,
-        req.size,
-        chunk,
-        config.io_threads(),
-        true,
-        &|_, off, len, m| {
-            let dev = req.mem + m;
-            with_bounce(chunk, pf.offset_align, |bounce| {
-                // SAFETY: the bounce buffer holds at least `len` bytes.
-                let host = unsafe { std::slice::from_raw_parts_mut(bounce.as_mut_ptr(), len) };
-                match req.dir {
-                    Dir::Read => {
-                        // SAFETY: host is len writable bytes.
-                        let n = unsafe { read_range(pf, host.as_mut_ptr(), len, off)? };
-                        rt.copy_to_device(dev, &host[..n])?;
-                        stats::record_read(IoPath::Staged, n);
-                        Ok(n)
-                    }
-                    Dir::Write => {
-                        rt.copy_from_device(host, dev)?;
-                        // SAFETY: host holds len initialised bytes.
-                        let n = unsafe { write_range(pf, host.as_ptr(), len, off)? };
-                        stats::record_write(IoPath::Staged, n);
-                        Ok(n)
-                    }
+    let info = gpu::classify(req.mem);
+    let device = info.device.max(0);
+    if let Some(n) = try_p2p(rt, pf, req)? {
+        return Ok(n);
+    }
+    let plan = Plan::new(config, pf.offset_align);
+    let chunk = plan.slab as u64;
+    let end = req.file_offset + req.size as u64;
+    // Chunks sit at multiples of the slab size in the file, so all but the
+    // first and last are aligned for O_DIRECT.
+    let first = req.file_offset / chunk;
+    let n = ((end - 1) / chunk - first + 1) as usize;
+    let bounds = |i: usize| {
+        let k = first + i as u64;
+        let s = (k * chunk).max(req.file_offset);
+        let e = ((k + 1) * chunk).min(end);
+        (s, (e - s) as usize, (s - req.file_offset) as usize)
+    };
+    let wanted = Plan {
+        workers: plan.workers.min(n),
+        ..plan
+    };
+    let lanes = bounce_pool::acquire(rt, device, &wanted)?;
+    let results: Vec<Mutex<Option<Result<usize>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let fatal: Mutex<Option<Error>> = Mutex::new(None);
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let job = Job {
+        rt,
+        pf,
+        req,
+        n,
+        bounds: &bounds,
+        results: &results,
+        next: &next,
+        stop: &stop,
+    };
+    workers::run_parallel(lanes.lanes.len(), &|w| {
+        let mut lane = lanes.lanes[w].lock().unwrap_or_else(|p| p.into_inner());
+        let r = match req.dir {
+            Dir::Read => job.read_worker(&mut lane),
+            Dir::Write => job.write_worker(&mut lane),
+        };
+        if let Err(e) = r {
+            stop.store(true, Ordering::Relaxed);
+            fatal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+    })?;
+    drop(lanes);
+    if let Some(e) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        // The GPU side failed: which bytes arrived is unknown.
+        return Err(e);
+    }
+    let mut total = 0;
+    for (i, slot) in results.into_iter().enumerate() {
+        let (_, len, _) = bounds(i);
+        match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(Ok(got)) => {
+                total += got;
+                if got < len {
+                    break;
                 }
-            })?
-        },
-    )
+            }
+            Some(Err(e)) if total == 0 => return Err(e),
+            _ => break,
+        }
+    }
+    Ok(total)
+}
+
+/// What every worker of one request shares.
+struct Job<'a> {
+    rt: &'static dyn GpuRuntime,
+    pf: &'a PosixFile,
+    req: &'a Request,
+    n: usize,
+    bounds: &'a (dyn Fn(usize) -> (u64, usize, usize) + Sync),
+    results: &'a [Mutex<Option<Result<usize>>>],
+    next: &'a AtomicUsize,
+    stop: &'a AtomicBool,
+}
+
+fn ns(t: Instant) -> u64 {
+    t.elapsed().as_nanos() as u64
+}
+
+impl Job<'_> {
+    fn claim(&self) -> Option<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        (i < self.n).then_some(i)
+    }
+
+    fn put(&self, i: usize, r: Result<usize>, len: usize) {
+        if !matches!(r, Ok(got) if got == len) {
+            // End of file or an error: later chunks are moot.
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        *self.results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    }
+
+    /// File → slab → device. An `Err` is a GPU failure (fatal); file errors
+    /// are recorded per chunk.
+    fn read_worker(&self, lane: &mut Lane) -> Result<()> {
+        let rt = self.rt;
+        let _bound = rt.bind(lane.device)?;
+        let mut prof = Profile::default();
+        let depth = lane.slots.len();
+        let mut k = 0usize;
+        while let Some(i) = self.claim() {
+            let (off, len, m) = (self.bounds)(i);
+            let slot = &lane.slots[k % depth];
+            k += 1;
+            let t = Instant::now();
+            rt.event_synchronize(slot.event)?;
+            prof.wait_ns += ns(t);
+            let t = Instant::now();
+            // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
+            // done with it (its event completed just above).
+            let r = unsafe { read_range(self.pf, slot.buf.ptr(), len, off) };
+            prof.file_ns += ns(t);
+            if let Ok(got) = r {
+                if got > 0 {
+                    let t = Instant::now();
+                    // SAFETY: the slab stays untouched until its event, recorded
+                    // right after the copy, completes; the destination is
+                    // inside the validated request.
+                    unsafe {
+                        rt.copy_to_device_async(self.req.mem + m, slot.buf.ptr(), got, lane.stream)?
+                    };
+                    rt.event_record(slot.event, lane.stream)?;
+                    prof.enqueue_ns += ns(t);
+                    stats::record_read(IoPath::Staged, got);
+                }
+                prof.chunks += 1;
+            }
+            self.put(i, r, len);
+        }
+        let t = Instant::now();
+        rt.stream_synchronize(lane.stream)?;
+        prof.wait_ns += ns(t);
+        bounce_pool::add_profile(&prof);
+        Ok(())
+    }
+
+    /// Device → slab → file, the next chunk's copy overlapping this chunk's write.
+    fn write_worker(&self, lane: &mut Lane) -> Result<()> {
+        let rt = self.rt;
+        let _bound = rt.bind(lane.device)?;
+        let mut prof = Profile::default();
+        let depth = lane.slots.len();
+        let mut k = 0usize;
+        // Chunks whose copy is enqueued and whose write is still to do.
+        let mut queued: std::collections::VecDeque<(usize, usize)> = Default::default();
+        loop {
+            // Keep every slab busy: while one is written to the file, the
+            // others' device-to-host copies run.
+            while queued.len() < depth {
+                let Some(i) = self.claim() else { break };
+                let (_, len, m) = (self.bounds)(i);
+                let s = k % depth;
+                k += 1;
+                let slot = &lane.slots[s];
+                let t = Instant::now();
+                // SAFETY: this slab's previous write to the file finished
+                // (writes are synchronous), so the copy may overwrite it.
+                unsafe {
+                    rt.copy_from_device_async(slot.buf.ptr(), self.req.mem + m, len, lane.stream)?
+                };
+                rt.event_record(slot.event, lane.stream)?;
+                prof.enqueue_ns += ns(t);
+                queued.push_back((i, s));
+            }
+            let Some((i, s)) = queued.pop_front() else {
+                break;
+            };
+            let (off, len, _) = (self.bounds)(i);
+            let slot = &lane.slots[s];
+            let t = Instant::now();
+            rt.event_synchronize(slot.event)?;
+            prof.wait_ns += ns(t);
+            let t = Instant::now();
+            // SAFETY: the slab holds len bytes copied from the device (its event completed).
+            let r = unsafe { write_range(self.pf, slot.buf.ptr(), len, off) };
+            prof.file_ns += ns(t);
+            if let Ok(put) = r {
+                stats::record_write(IoPath::Staged, put);
+                prof.chunks += 1;
+            }
+            self.put(i, r, len);
+        }
+        bounce_pool::add_profile(&prof);
+        Ok(())
+    }
+}
+
+/// The runtime's peer-to-peer file path, for requests it can take whole:
+/// an O_DIRECT fd, offset, size and address aligned as the filesystem
+/// wants. `None`: not taken (or the runtime said it cannot), so bounce.
+fn try_p2p(rt: &dyn GpuRuntime, pf: &PosixFile, req: &Request) -> Result<Option<usize>> {
+    let Some(p2p) = rt.p2p_file_io() else {
+        return Ok(None);
+    };
+    let Some(fd) = pf.direct_fd() else {
+        return Ok(None);
+    };
+    let align = pf.offset_align as u64;
+    let aligned = req.file_offset % align == 0
+        && req.size as u64 % align == 0
+        && req.mem % pf.mem_align.max(1) == 0;
+    if !aligned {
+        return Ok(None);
+    }
+    let max = (MAX_RW_COUNT as u64 / align * align) as usize;
+    let mut done = 0usize;
+    while done < req.size {
+        let len = (req.size - done).min(max);
+        let off = req.file_offset + done as u64;
+        let r = match req.dir {
+            Dir::Read => p2p.read(fd, req.mem + done, len, off)?,
+            Dir::Write => p2p.write(fd, req.mem + done, len, off)?,
+        };
+        match r {
+            // Refused before anything moved: the bounce path does it all.
+            None if done == 0 => return Ok(None),
+            None => {
+                return Err(Error::new(
+                    OpError::HipDriverError,
+                    "the peer-to-peer file path stopped working in the middle of a request",
+                ))
+            }
+            Some(got) => {
+                match req.dir {
+                    Dir::Read => stats::record_read(IoPath::Direct, got),
+                    Dir::Write => stats::record_write(IoPath::Direct, got),
+                }
+                done += got;
+                if got < len {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Some(done))
 }
 
 /// A userspace filesystem with device memory and no RDMA registration:
@@ -51,7 +282,7 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
 pub(crate) fn userspace_transfer(fs: &dyn UserspaceFs, req: &Request) -> Result<usize> {
     let rt = gpu::runtime();
     let chunk = 8 << 20;
-    run_chunks(
+    super::run_chunks(
         req.file_offset,
         req.size,
         chunk,

@@ -1,0 +1,87 @@
+#!/bin/bash
+# Runs on the GPU machine, from the repository root, with .gpu/ built by
+# scripts/gpu/run-gpu-checks.sh: the GPU tests, then hipfs's benchmarks
+# beside the copy ceiling, the C baselines and RAPIDS KvikIO, all in one run.
+# Output goes to stdout and, when $OUT is set (device tool), to $OUT/gpu-checks.log.
+set -u
+cd "$(dirname "$0")/../.."
+G=$PWD/.gpu
+[ -x "$G/bin/gpu_bench" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/gpu_bench)"; exit 2; }
+LOG=${OUT:-/tmp}/gpu-checks.log
+exec > >(tee "$LOG") 2>&1
+STEPS=${HIPFS_GPU_STEPS:-tests,read,peers,write,cold}
+SIZE=${HIPFS_BENCH_SIZE:-8G}
+COLD=${HIPFS_COLD_SIZE:-4G}
+WSIZE=${HIPFS_WRITE_SIZE:-2G}
+CONFIGS=${HIPFS_BENCH_CONFIGS:-16x1M,16x2M,16x4M,16x8M,12x4M,24x2M,32x2M}
+export RUST_LOG=${RUST_LOG:-info}
+step() { [[ ",$STEPS," == *",$1,"* ]]; }
+say() { echo; echo "== $* ($(date +%T))"; }
+fail=0
+
+say machine
+nvidia-smi -L; nproc; grep -E 'MemTotal|Hugepagesize' /proc/meminfo
+cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
+# A directory on a real disk (O_DIRECT, page cache), not tmpfs.
+W=
+for d in /var/tmp /root /tmp "$PWD/.gpu"; do
+    if [ -d "$d" ] && [ "$(stat -f -c %T "$d")" != tmpfs ]; then W=$d/hipfs-gpu; break; fi
+done
+mkdir -p "$W"; df -hT "$W"
+F=$W/read-$SIZE.bin; FC=$W/cold-$COLD.bin; FW=$W/write-$WSIZE.bin
+"$G/bin/hipfs" check "$W" || true
+
+if step tests; then
+    say "GPU tests (default parameters)"
+    for t in "$G"/tests/*; do
+        HIPFS_TEST_DIR=$W/t "$t" --test-threads=4 || fail=1
+    done
+    say "GPU tests again with 64 KiB chunks and 5 workers (many chunks per request)"
+    for t in "$G"/tests/*; do
+        HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t "$t" --test-threads=4 || fail=1
+    done
+    rm -rf "$W/t"
+fi
+
+if step read; then
+    say "hipfs read $SIZE, page cache (configs $CONFIGS)"
+    "$G/bin/gpu_bench" read "$F" --create "$SIZE" --configs "$CONFIGS" || fail=1
+    say "same, slabs pinned by cuMemHostRegister of huge-page memory"
+    HIPFS_BOUNCE_PIN=register "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M,32x2M || fail=1
+    say "same, spinning event waits instead of blocking ones"
+    HIPFS_CUDA_SPIN=1 "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+    say "same, 3 slabs per worker"
+    HIPFS_BOUNCE_DEPTH=3 "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+    say "library defaults"
+    "$G/bin/gpu_bench" read "$F" || fail=1
+fi
+
+if step peers; then
+    [ -f "$F" ] || "$G/bin/gpu_bench" read "$F" --create "$SIZE" --repeats 1
+    if [ -d "$G/gpu-baseline" ]; then
+        say "C baselines (gpu-baseline/run.sh)"
+        bash "$G/gpu-baseline/run.sh" "$F" h2d 16 naive 16 dbuf 8 mt8 8 mt16 8 mt16 2
+    fi
+    if ls "$G"/whl/*.whl >/dev/null 2>&1; then
+        say "RAPIDS KvikIO"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$G"/whl/*.whl &&
+            PYTHONPATH=/tmp/site python3 scripts/gpu/kvikio_rw.py "$F" read 3
+    fi
+    say "hipfs again right after the peers (same state of the machine)"
+    "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+fi
+
+if step write; then
+    say "writes from device memory ($WSIZE)"
+    "$G/bin/gpu_bench" write "$FW" --create "$WSIZE" --configs 16x4M || fail=1
+    if ls "$G"/whl/*.whl >/dev/null 2>&1; then
+        PYTHONPATH=/tmp/site python3 scripts/gpu/kvikio_rw.py "$FW" write 3
+    fi
+fi
+
+if step cold; then
+    say "cold O_DIRECT reads ($COLD) beside dd iflag=direct"
+    "$G/bin/gpu_bench" read "$FC" --create "$COLD" --direct --configs 16x4M,8x16M || fail=1
+fi
+say "done (failures: $fail)"
+exit $fail

@@ -1,0 +1,61 @@
+#!/bin/bash
+# Builds the GPU test and benchmark binaries here (the device machine has no
+# Rust), gathers them with the peer baselines in .gpu/ (ignored by git), and
+# prints the one command that runs everything on the device machine.
+#
+#   scripts/gpu/run-gpu-checks.sh            # build + print the device command
+#
+# Then, with the device tool: run(command="bash scripts/gpu/on-device.sh",
+# carry=[".gpu"], timeout_s=600). On any NVIDIA host with this checkout,
+# `bash scripts/gpu/on-device.sh` does the same.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+G=.gpu
+baseline=${GPU_BASELINE_DIR:-$root/../shared/tools/gpu-baseline}
+mkdir -p "$G/bin" "$G/tests"
+
+echo "== building (release)"
+cargo build --release -p hipfs --bin hipfs --example gpu_bench
+tests=()
+for t in tests/gpu_*.rs; do tests+=(--test "$(basename "$t" .rs)"); done
+# The test executables' paths come from cargo's JSON messages.
+cargo test --release -p hipfs --no-run "${tests[@]}" --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])
+' > "$G/tests.txt"
+[ -s "$G/tests.txt" ] || { echo "no GPU test executables found" >&2; exit 1; }
+
+# Debug info is dropped: the carried folder must stay small.
+rm -f "$G"/tests/*
+strip -o "$G/bin/hipfs" target/release/hipfs
+strip -o "$G/bin/gpu_bench" target/release/examples/gpu_bench
+while read -r name exe; do strip -o "$G/tests/$name" "$exe"; done < "$G/tests.txt"
+
+if [ -d "$baseline" ]; then
+    rm -rf "$G/gpu-baseline" && cp -r "$baseline" "$G/gpu-baseline" && chmod -R u+w "$G/gpu-baseline"
+else
+    echo "note: no baseline folder at $baseline (set GPU_BASELINE_DIR); peers will be skipped"
+fi
+# RAPIDS KvikIO, the strongest peer, travels as wheels (see the baseline README).
+if ! ls "$G"/whl/kvikio_cu13-*.whl >/dev/null 2>&1; then
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+        -d "$G/whl" kvikio-cu13==26.10.0 'libkvikio-cu13==26.10.*' 'rapids-logger==0.3.*' ||
+        echo "note: KvikIO wheels not downloaded; its rows will be missing"
+fi
+du -sh "$G"
+cat <<MSG
+
+Built into $G/. Run on the GPU machine (device tool), from the repository root:
+    bash scripts/gpu/on-device.sh          carry: [".gpu"]   timeout_s: 600
+Environment knobs: HIPFS_BENCH_SIZE (8G), HIPFS_COLD_SIZE (4G), HIPFS_WRITE_SIZE (2G),
+HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,read,peers,write,cold).
+MSG

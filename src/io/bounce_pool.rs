@@ -1,0 +1,393 @@
+//! The pinned bounce buffers of the device path, grouped in lanes: a lane is
+//! one worker's stream and its `depth` pinned slabs, each with an event that
+//! says when the GPU is done with it. Lanes are made on first use, kept
+//! for reuse (making streams and pinning memory is slow), and bounded in
+//! total by `PropertiesMaxDeviceCacheSizeKB`, so many concurrent requests
+//! share them instead of pinning without limit.
+//!
+//! Two tunables for measurements live here (read once from the environment):
+//! `HIPFS_BOUNCE_DEPTH` (slabs per lane, default 2) and `HIPFS_BOUNCE_PIN`
+//! (`alloc`: the runtime's pinned allocator, the default; `register`:
+//! anonymous memory advised to use transparent huge pages, then pinned by
+//! the runtime, which makes the CPU's copy into it touch fewer TLB entries).
+
+use crate::config::{Config, SizeTParam};
+use crate::error::{Error, OpError, Result};
+use crate::gpu::GpuRuntime;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+
+/// How slabs are pinned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinMode {
+    /// The runtime's pinned allocator (`cuMemHostAlloc`).
+    Alloc,
+    /// `mmap` + `MADV_HUGEPAGE`, then `cuMemHostRegister`.
+    Register,
+}
+
+struct Tunables {
+    depth: usize,
+    pin: PinMode,
+}
+
+fn tunables() -> &'static Tunables {
+    static T: OnceLock<Tunables> = OnceLock::new();
+    T.get_or_init(|| {
+        let depth = std::env::var("HIPFS_BOUNCE_DEPTH")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|d| (1..=8).contains(d))
+            .unwrap_or(2);
+        let pin = match std::env::var("HIPFS_BOUNCE_PIN")
+            .ok()
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("register") => PinMode::Register,
+            Some("alloc") | None => PinMode::Alloc,
+            Some(other) => {
+                log::warn!("HIPFS_BOUNCE_PIN={other:?} is neither alloc nor register; using alloc");
+                PinMode::Alloc
+            }
+        };
+        Tunables { depth, pin }
+    })
+}
+
+/// The shape of the pipeline for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Bytes per slab (= per chunk a worker moves at once).
+    pub slab: usize,
+    /// Slabs per lane.
+    pub depth: usize,
+    /// Workers wanted.
+    pub workers: usize,
+    /// Lanes the pool may hold in total.
+    pub max_lanes: usize,
+    pub pin: PinMode,
+}
+
+impl Plan {
+    /// Whether lanes made for `other` fit this plan (slab size, depth and
+    /// pinning; the worker count is per request and does not matter).
+    fn same_shape(&self, other: &Plan) -> bool {
+        (self.slab, self.depth, self.pin) == (other.slab, other.depth, other.pin)
+    }
+
+    /// Workers from `ExecutionMaxIOThreads`, chunk from
+    /// `PropertiesMaxDirectIOSizeKB`, pinned total from
+    /// `PropertiesMaxDeviceCacheSizeKB`. When the budget cannot give every
+    /// worker `depth` chunk-sized slabs, slabs shrink (to 1 MiB at least)
+    /// before workers are dropped: parallel copies out of the page cache
+    /// are what makes this path fast.
+    pub fn new(config: &Config, align: usize) -> Plan {
+        let t = tunables();
+        let align = align.max(4096);
+        let budget = config
+            .size(SizeTParam::PropertiesMaxDeviceCacheSizeKB)
+            .saturating_mul(1024)
+            .max(2 << 20);
+        let workers = config.io_threads();
+        let chunk = config.chunk_bytes();
+        let fit = budget / (workers * t.depth);
+        let slab = chunk.min(fit.max(1 << 20)).div_ceil(align) * align;
+        let max_lanes = (budget / (slab * t.depth)).max(1);
+        Plan {
+            slab,
+            depth: t.depth,
+            workers,
+            max_lanes,
+            pin: t.pin,
+        }
+    }
+}
+
+/// Pinned host memory owned by the pool.
+pub struct PinnedBuf {
+    ptr: usize,
+    len: usize,
+    pin: PinMode,
+}
+
+impl PinnedBuf {
+    fn new(rt: &dyn GpuRuntime, len: usize, pin: PinMode) -> Result<PinnedBuf> {
+        match pin {
+            PinMode::Alloc => Ok(PinnedBuf {
+                ptr: rt.alloc_pinned(len)?,
+                len,
+                pin,
+            }),
+            PinMode::Register => {
+                let map_len = len.div_ceil(2 << 20) * (2 << 20);
+                // SAFETY: an anonymous private mapping; no existing memory is touched.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        map_len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                if p == libc::MAP_FAILED {
+                    return Err(Error::last_os("mmap for a bounce buffer"));
+                }
+                // Huge pages are a hint; where THP is off this changes nothing.
+                // SAFETY: p..p+map_len is our fresh mapping.
+                unsafe { libc::madvise(p, map_len, libc::MADV_HUGEPAGE) };
+                if let Err(e) = rt.register_host(p as usize, map_len) {
+                    // SAFETY: unmapping our own fresh mapping.
+                    unsafe { libc::munmap(p, map_len) };
+                    return Err(e);
+                }
+                Ok(PinnedBuf {
+                    ptr: p as usize,
+                    len: map_len,
+                    pin,
+                })
+            }
+        }
+    }
+
+    /// The memory.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+
+    fn free(self, rt: &dyn GpuRuntime) {
+        match self.pin {
+            PinMode::Alloc => rt.free_pinned(self.ptr),
+            PinMode::Register => {
+                rt.unregister_host(self.ptr);
+                // SAFETY: the mapping made in new(), unpinned just above.
+                unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+            }
+        }
+    }
+}
+
+/// One slab and the event recorded after the last copy that used it.
+pub struct Slot {
+    pub buf: PinnedBuf,
+    pub event: usize,
+}
+
+/// One worker's stream and slabs.
+pub struct Lane {
+    pub device: i32,
+    pub stream: usize,
+    pub slots: Vec<Slot>,
+    plan: Plan,
+}
+
+impl Lane {
+    fn new(rt: &dyn GpuRuntime, device: i32, plan: Plan) -> Result<Lane> {
+        let _bound = rt.bind(device)?;
+        let stream = rt.stream_create(device)?;
+        let mut lane = Lane {
+            device,
+            stream,
+            slots: Vec::new(),
+            plan,
+        };
+        for _ in 0..plan.depth {
+            let buf = match PinnedBuf::new(rt, plan.slab, plan.pin) {
+                Ok(b) => b,
+                Err(e) => {
+                    lane.destroy(rt);
+                    return Err(e);
+                }
+            };
+            let event = match rt.event_create() {
+                Ok(ev) => ev,
+                Err(e) => {
+                    buf.free(rt);
+                    lane.destroy(rt);
+                    return Err(e);
+                }
+            };
+            lane.slots.push(Slot { buf, event });
+        }
+        Ok(lane)
+    }
+
+    fn destroy(self, rt: &dyn GpuRuntime) {
+        if let Ok(_bound) = rt.bind(self.device) {
+            // Nothing may still be reading the slabs when they are freed.
+            let _ = rt.stream_synchronize(self.stream);
+            for s in self.slots {
+                rt.event_destroy(s.event);
+                s.buf.free(rt);
+            }
+            rt.stream_destroy(self.stream);
+        }
+    }
+}
+
+struct Pool {
+    free: HashMap<i32, Vec<Lane>>,
+    /// Lanes in existence (free or lent).
+    live: usize,
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+static RETURNED: Condvar = Condvar::new();
+
+/// Lanes lent to one request; they go back to the pool on drop.
+pub struct Lanes {
+    rt: &'static dyn GpuRuntime,
+    pub lanes: Vec<Mutex<Lane>>,
+}
+
+impl Drop for Lanes {
+    fn drop(&mut self) {
+        let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
+        let pool = guard.get_or_insert_with(|| Pool {
+            free: HashMap::new(),
+            live: 0,
+        });
+        for l in self.lanes.drain(..) {
+            let lane = l.into_inner().unwrap_or_else(|p| p.into_inner());
+            pool.free.entry(lane.device).or_default().push(lane);
+        }
+        RETURNED.notify_all();
+    }
+}
+
+/// Lends up to `plan.workers` lanes on `device` (at least one; waits for
+/// one when the pool is at its limit). Lanes of another shape (the
+/// parameters changed since they were made) are freed on the way.
+pub fn acquire(rt: &'static dyn GpuRuntime, device: i32, plan: &Plan) -> Result<Lanes> {
+    let mut out = Vec::new();
+    let mut guard = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        let pool = guard.get_or_insert_with(|| Pool {
+            free: HashMap::new(),
+            live: 0,
+        });
+        // Drop lanes of an old shape, from every device.
+        let mut stale = Vec::new();
+        for lanes in pool.free.values_mut() {
+            let (keep, old): (Vec<Lane>, Vec<Lane>) =
+                lanes.drain(..).partition(|l| l.plan.same_shape(plan));
+            *lanes = keep;
+            stale.extend(old);
+        }
+        pool.live -= stale.len();
+        for l in stale {
+            l.destroy(rt);
+        }
+        let free = pool.free.entry(device).or_default();
+        while out.len() < plan.workers {
+            match free.pop() {
+                Some(l) => out.push(l),
+                None => break,
+            }
+        }
+        while out.len() < plan.workers && pool.live < plan.max_lanes {
+            pool.live += 1;
+            match Lane::new(rt, device, *plan) {
+                Ok(l) => out.push(l),
+                Err(e) => {
+                    pool.live -= 1;
+                    if out.is_empty() {
+                        return Err(e);
+                    }
+                    log::warn!(
+                        "making another bounce lane failed ({e}); going on with {}",
+                        out.len()
+                    );
+                    break;
+                }
+            }
+        }
+        if !out.is_empty() {
+            break;
+        }
+        if pool.live == 0 {
+            return Err(Error::new(
+                OpError::InternalError,
+                "the bounce pool can make no lane",
+            ));
+        }
+        // Every lane is lent: wait for one to come back.
+        guard = RETURNED.wait(guard).unwrap_or_else(|p| p.into_inner());
+    }
+    Ok(Lanes {
+        rt,
+        lanes: out.into_iter().map(Mutex::new).collect(),
+    })
+}
+
+impl Lanes {
+    /// The runtime the lanes belong to.
+    pub fn runtime(&self) -> &'static dyn GpuRuntime {
+        self.rt
+    }
+}
+
+/// Where the device path's workers spend their time, summed over workers
+/// (nanoseconds): reading the file into slabs, waiting for the GPU to free
+/// a slab or finish, and enqueueing copies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Profile {
+    pub file_ns: u64,
+    pub wait_ns: u64,
+    pub enqueue_ns: u64,
+    pub chunks: u64,
+}
+
+static FILE_NS: AtomicU64 = AtomicU64::new(0);
+static WAIT_NS: AtomicU64 = AtomicU64::new(0);
+static ENQUEUE_NS: AtomicU64 = AtomicU64::new(0);
+static CHUNKS: AtomicU64 = AtomicU64::new(0);
+
+/// Adds one worker's times.
+pub(crate) fn add_profile(p: &Profile) {
+    FILE_NS.fetch_add(p.file_ns, Ordering::Relaxed);
+    WAIT_NS.fetch_add(p.wait_ns, Ordering::Relaxed);
+    ENQUEUE_NS.fetch_add(p.enqueue_ns, Ordering::Relaxed);
+    CHUNKS.fetch_add(p.chunks, Ordering::Relaxed);
+}
+
+/// The times summed since the last call, and resets them.
+pub fn take_profile() -> Profile {
+    Profile {
+        file_ns: FILE_NS.swap(0, Ordering::Relaxed),
+        wait_ns: WAIT_NS.swap(0, Ordering::Relaxed),
+        enqueue_ns: ENQUEUE_NS.swap(0, Ordering::Relaxed),
+        chunks: CHUNKS.swap(0, Ordering::Relaxed),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slabs_shrink_to_give_every_worker_its_depth_within_the_budget() {
+        let mut c = Config::default();
+        c.set_size(SizeTParam::ExecutionMaxIOThreads, 16);
+        c.set_size(SizeTParam::ExecutionMaxRequestParallelism, 16);
+        c.set_size(SizeTParam::PropertiesMaxDirectIOSizeKB, 16384);
+        c.set_size(SizeTParam::PropertiesMaxDeviceCacheSizeKB, 131072);
+        let p = Plan::new(&c, 4096);
+        assert_eq!(p.workers, 16);
+        assert!(p.slab * p.depth * p.workers <= 128 << 20, "{p:?}");
+        assert!(p.max_lanes >= 16, "{p:?}");
+        assert_eq!(p.slab % 4096, 0);
+    }
+
+    #[test]
+    fn a_tiny_budget_still_gives_one_lane_of_one_mib_slabs() {
+        let mut c = Config::default();
+        c.set_size(SizeTParam::PropertiesMaxDeviceCacheSizeKB, 1);
+        let p = Plan::new(&c, 4096);
+        assert_eq!(p.slab, 1 << 20);
+        assert_eq!(p.max_lanes, 1);
+    }
+}
