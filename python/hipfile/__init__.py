@@ -15,7 +15,14 @@ Example::
         n = fh.read(data, data.nbytes, 0, 0)
 """
 
-from . import _hipfile
+try:
+    from . import _hipfile
+except ImportError as e:  # pragma: no cover - depends on how it was installed
+    raise ImportError(
+        "hipfile's native extension (hipfile._hipfile) is missing: this is the source "
+        "tree, not an installed package. Install with `pip install ./python` and run "
+        "from outside python/ (or build in place with `maturin develop`)."
+    ) from e
 from ._driver import Driver, driver_get_properties, get_version
 from ._enums import FileHandleType, OpError
 from ._errors import HipFileException
