@@ -119,6 +119,7 @@ def main() -> int:
         row("open().readinto (preallocated)", t, digest(host))
 
         with Driver():
+
             def hip_read(flags, target):
                 def go():
                     with FileHandle(path, flags) as fh:
@@ -129,9 +130,9 @@ def main() -> int:
             t, _ = timed(hip_read(os.O_RDONLY, host), args.repeat, args.cold, prepare=lambda: host.fill(0))
             row("hipfile read, unregistered (preallocated)", t, digest(host))
             with Buffer(host) as buf:
-                t, _ = timed(hip_read(os.O_RDONLY | O_DIRECT, buf), args.repeat, args.cold, prepare=lambda: host.fill(0))
+                direct = hip_read(os.O_RDONLY | O_DIRECT, buf)
+                t, _ = timed(direct, args.repeat, args.cold, prepare=lambda: host.fill(0))
                 row("hipfile read, registered, O_DIRECT", t, digest(host))
-            del host
 
             if not args.no_gpu:
                 gpu_rows(path, size, args, row, digest, hip_read)
@@ -139,7 +140,8 @@ def main() -> int:
         os.unlink(path)
 
     print(f"\nMachine: {machine()}")
-    print(f"File: {args.size_mib} MiB in {args.dir}, {'cold (page cache dropped before each run)' if args.cold else 'warm (page cache)'}, median of {args.repeat}\n")
+    cache = "cold (page cache dropped before each run)" if args.cold else "warm (page cache)"
+    print(f"hipfile {hipfile.__version__}; file: {args.size_mib} MiB in {args.dir}, {cache}, median of {args.repeat}\n")
     print("| method | time (ms) | GiB/s | bytes checked |")
     print("|---|---:|---:|---|")
     for name, t, gibs, ok in rows:
@@ -172,7 +174,8 @@ def gpu_rows(path, size, args, row, digest, hip_read):
 
     dev = torch.empty(size, dtype=torch.uint8, device="cuda")
     with Buffer(dev) as buf:
-        t, _ = timed(sync_after(hip_read(os.O_RDONLY | O_DIRECT, buf)), args.repeat, args.cold, prepare=lambda: dev.zero_())
+        direct = sync_after(hip_read(os.O_RDONLY | O_DIRECT, buf))
+        t, _ = timed(direct, args.repeat, args.cold, prepare=lambda: dev.zero_())
         row("GPU: hipfile read into CUDA tensor, registered, O_DIRECT", t, check(dev))
     t, _ = timed(sync_after(hip_read(os.O_RDONLY, dev)), args.repeat, args.cold, prepare=lambda: dev.zero_())
     row("GPU: hipfile read into CUDA tensor, unregistered", t, check(dev))

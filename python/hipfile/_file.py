@@ -148,9 +148,7 @@ class FileHandle:
         """
         return self._transfer(_hipfile.write, False, buffer, size, file_offset, buffer_offset)
 
-    def _transfer(
-        self, call: Any, into: bool, buffer: Any, size: int, file_offset: int, buffer_offset: int
-    ) -> int:
+    def _transfer(self, call: Any, into: bool, buffer: Any, size: int, file_offset: int, buffer_offset: int) -> int:
         handle = self._open_handle()
         size = operator.index(size)
         file_offset = operator.index(file_offset)

@@ -68,9 +68,7 @@ def _from_array_interface(obj: Any, iface: dict, source: str) -> _Memory:
         expected = itemsize
         for dim, stride in reversed(list(zip(shape, strides))):
             if dim != 1 and stride != expected:
-                raise BufferError(
-                    f"{type(obj).__name__} is not C-contiguous; hipfile moves one contiguous byte range"
-                )
+                raise BufferError(f"{type(obj).__name__} is not C-contiguous; hipfile moves one contiguous byte range")
             expected *= dim
     return _Memory(int(ptr or 0), math.prod(shape) * itemsize, bool(readonly), obj, source)
 
@@ -122,8 +120,7 @@ def _io_memory(buffer: Any, size: int, buffer_offset: int, writable: bool) -> _M
             raise HipFileException(
                 OpError.INVALID_VALUE,
                 0,
-                f"{size} bytes at buffer offset {buffer_offset} pass the end of the "
-                f"{mem.nbytes}-byte buffer",
+                f"{size} bytes at buffer offset {buffer_offset} pass the end of the {mem.nbytes}-byte buffer",
             )
     except BaseException:
         mem.release()
@@ -255,5 +252,3 @@ class Buffer:
     def __repr__(self) -> str:
         state = "registered" if self._registered else "unregistered"
         return f"<hipfile.Buffer ptr={self._ptr:#x} length={self._length} flags={self._flags} {state}>"
-
-

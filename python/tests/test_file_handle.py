@@ -8,7 +8,6 @@ import pathlib
 import numpy as np
 import pytest
 
-import hipfile
 from conftest import open_fds
 from hipfile import Driver, FileHandle, FileHandleType, HipFileException, OpError
 
@@ -176,7 +175,7 @@ def test_context_manager_opens_and_closes_even_when_the_body_raises(data_file):
         with fh as entered:
             assert entered is fh
             assert fh.handle is not None
-            1 / 0
+            raise ZeroDivisionError
     assert fh.handle is None
     assert open_fds() == before
 
