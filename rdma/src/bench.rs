@@ -1,10 +1,13 @@
 //! Throughput benchmarks: a transport against a plain-socket ceiling,
 //! measured in the same run (printed by `hipfs bench transport`).
 
-use std::time::Duration;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::TransportKind;
+use crate::mem::PageBuffer;
+use crate::{TransportConfig, TransportKind};
 
 /// Which one-sided operation a benchmark drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,15 +75,126 @@ pub fn transport_throughput(kind: TransportKind, size: u64, lanes: usize) -> Res
     })
 }
 
-/// Runs one benchmark spec.
+/// Runs one benchmark spec: an in-process server shares a region, the
+/// client moves `total_bytes` with `depth` threads.
 pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
-    let _ = spec;
-    Err(Error::Unsupported("bench: not implemented yet".into()))
+    if spec.block_size == 0 || spec.depth == 0 || spec.total_bytes == 0 {
+        return Err(Error::InvalidArgument(
+            "bench: block size, depth and total must be > 0".into(),
+        ));
+    }
+    let cfg = TransportConfig {
+        kind: spec.kind,
+        lanes: spec.lanes,
+        ..TransportConfig::default()
+    };
+    let listener = crate::listen(&spec.addr, &cfg)?;
+    let addr = listener.local_addr();
+    let span = spec.block_size * spec.depth;
+    let server_buf = PageBuffer::new(span)?;
+    let client_buf = PageBuffer::new(span)?;
+    let (server, client) = std::thread::scope(|s| {
+        let acc = s.spawn(|| listener.accept());
+        let client = crate::connect(&addr, &cfg);
+        let server = acc
+            .join()
+            .map_err(|_| Error::Protocol("accept thread panicked".into()))?;
+        Ok::<_, Error>((server?, client?))
+    })?;
+    // SAFETY: the buffers outlive the connections (dropped at the end of
+    // this function, after `server` and `client` by declaration order).
+    let sr = unsafe { server.register(server_buf.ptr(), span)? };
+    let cr = unsafe { client.register(client_buf.ptr(), span)? };
+    let desc = sr.descriptor();
+    let blocks = spec.total_bytes.div_ceil(spec.block_size as u64);
+    let next = AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..spec.depth)
+            .map(|t| {
+                let (client, cr, next, desc) = (&client, &cr, &next, &desc);
+                s.spawn(move || -> Result<()> {
+                    let off = t * spec.block_size;
+                    while next.fetch_add(1, Ordering::Relaxed) < blocks {
+                        match spec.op {
+                            BenchOp::Write => {
+                                client.write_remote(cr, off, spec.block_size, desc, off as u64)?
+                            }
+                            BenchOp::Read => {
+                                client.read_remote(cr, off, spec.block_size, desc, off as u64)?
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| Error::Protocol("bench worker panicked".into()))??;
+        }
+        Ok::<_, Error>(())
+    })?;
+    let elapsed = start.elapsed();
+    let kind = client.kind();
+    client.close();
+    server.close();
+    drop((cr, sr));
+    Ok(BenchResult {
+        name: format!(
+            "{kind} {} {} lanes {} KiB x{}",
+            match spec.op {
+                BenchOp::Write => "write",
+                BenchOp::Read => "read",
+            },
+            spec.lanes,
+            spec.block_size / 1024,
+            spec.depth
+        ),
+        bytes: blocks * spec.block_size as u64,
+        elapsed,
+    })
 }
 
 /// The ceiling: `size` bytes copied through one plain loopback TCP socket
-/// (write() on one side, read() into a buffer on the other).
+/// (write() from a 4 MiB buffer on one thread, read() into a 4 MiB buffer
+/// on another), measured the same way as [`run`].
 pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
-    let _ = size;
-    Err(Error::Unsupported("bench: not implemented yet".into()))
+    const BUF: usize = 4 << 20;
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let writer = std::thread::spawn(move || -> Result<()> {
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        let buf = vec![0x5au8; BUF];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(BUF as u64) as usize;
+            s.write_all(&buf[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    let (mut s, _) = l.accept()?;
+    let mut buf = vec![0u8; BUF];
+    let start = Instant::now();
+    let mut got = 0u64;
+    while got < size {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(Error::Disconnected(
+                "plain socket writer stopped early".into(),
+            ));
+        }
+        got += n as u64;
+    }
+    let elapsed = start.elapsed();
+    writer
+        .join()
+        .map_err(|_| Error::Protocol("writer thread panicked".into()))??;
+    Ok(BenchResult {
+        name: "plain socket copy (1 stream)".into(),
+        bytes: got,
+        elapsed,
+    })
 }

@@ -32,6 +32,7 @@
 pub mod bench;
 mod descriptor;
 mod error;
+mod mem;
 mod region;
 pub mod tcp;
 pub mod verbs;

@@ -24,6 +24,9 @@ pub struct LocalRegion {
     lkey: u32,
     rkey: u32,
     transport: DescriptorTransport,
+    /// Which registry (connection) made it: a region is only a valid local
+    /// side on the connection that registered it.
+    owner: u64,
     // Dropped after the fields above are no longer used; deregisters.
     _handle: Box<dyn RegionHandle>,
 }
@@ -50,6 +53,8 @@ impl std::fmt::Debug for LocalRegion {
 }
 
 impl LocalRegion {
+    // Eight plain facts about one registration; a builder would add nothing.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         ptr: *mut u8,
         len: usize,
@@ -57,6 +62,7 @@ impl LocalRegion {
         lkey: u32,
         rkey: u32,
         transport: DescriptorTransport,
+        owner: u64,
         handle: Box<dyn RegionHandle>,
     ) -> Self {
         LocalRegion {
@@ -66,6 +72,7 @@ impl LocalRegion {
             lkey,
             rkey,
             transport,
+            owner,
             _handle: handle,
         }
     }
@@ -101,6 +108,10 @@ impl LocalRegion {
             transport: self.transport,
         }
     }
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+
     /// Checks `[off, off+len)` against the region.
     pub fn check_range(&self, off: usize, len: usize) -> Result<()> {
         match off.checked_add(len) {
@@ -117,6 +128,12 @@ impl LocalRegion {
 /// Cache so that registering the same range twice gives the same region.
 /// Holds weak references: a region the caller dropped is deregistered and
 /// forgotten, never kept alive by the cache.
+/// A fresh id for a registry (a connection's key table or PD).
+pub(crate) fn next_owner_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) struct RegionCache<K> {
     map: Mutex<HashMap<K, Weak<LocalRegion>>>,
 }
@@ -168,6 +185,7 @@ mod tests {
             1,
             1,
             DescriptorTransport::Tcp,
+            0,
             Box::new(Counted(drops.clone())),
         )
     }

@@ -596,6 +596,7 @@ impl Connection for TcpConnection {
                 key,
                 key,
                 DescriptorTransport::Tcp,
+                0,
                 handle,
             ))
         })

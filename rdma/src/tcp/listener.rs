@@ -146,22 +146,34 @@ fn handshake(
     Ok(())
 }
 
+impl TcpListener {
+    /// The next connection, or None after `t`.
+    pub(crate) fn accept_timeout(
+        &self,
+        t: std::time::Duration,
+    ) -> Result<Option<Box<dyn Connection>>> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Disconnected("listener closed".into()));
+        }
+        match self.ready.recv_timeout(t) {
+            Ok(Ok(c)) => Ok(Some(Box::new(c))),
+            Ok(Err(e)) => {
+                log::warn!("tcp connection set-up failed: {e}");
+                Ok(None)
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(None),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                Err(Error::Disconnected("listener stopped".into()))
+            }
+        }
+    }
+}
+
 impl Listener for TcpListener {
     fn accept(&self) -> Result<Box<dyn Connection>> {
         loop {
-            if self.closed.load(Ordering::SeqCst) {
-                return Err(Error::Disconnected("listener closed".into()));
-            }
-            match self
-                .ready
-                .recv_timeout(std::time::Duration::from_millis(100))
-            {
-                Ok(Ok(c)) => return Ok(Box::new(c)),
-                Ok(Err(e)) => log::warn!("tcp connection set-up failed: {e}"),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Disconnected("listener stopped".into()))
-                }
+            if let Some(c) = self.accept_timeout(std::time::Duration::from_millis(100))? {
+                return Ok(c);
             }
         }
     }
