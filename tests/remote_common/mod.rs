@@ -159,15 +159,38 @@ pub fn close(fd: i32) {
     unsafe { libc::close(fd) };
 }
 
-/// Deterministic pseudo-random bytes.
+/// Deterministic pseudo-random bytes (8 per step, so large ones are quick
+/// even in debug builds).
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// A raw protocol connection that has passed the handshake (no token), for
+/// sending hand-made messages.
+pub fn raw_connection(addr: &str) -> Box<dyn hipfs_rdma::Connection> {
+    use hipfs::remote::proto::{Challenge, Hello, Proof, Welcome};
+    let cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
+    let conn = hipfs_rdma::connect(addr, &cfg).unwrap();
+    let t = Duration::from_secs(5);
+    conn.send(&Hello::new([7u8; 32]).encode()).unwrap();
+    let ch = Challenge::decode(&conn.recv(t).unwrap()).unwrap();
+    assert!(!ch.auth_required);
+    conn.send(&Proof { mac: [0u8; 32] }.encode()).unwrap();
+    Welcome::decode(&conn.recv(t).unwrap()).unwrap();
+    conn
+}
+
+/// Sends one raw message and decodes the reply.
+pub fn raw_call(conn: &dyn hipfs_rdma::Connection, msg: &[u8]) -> hipfs::remote::proto::Reply {
+    conn.send(msg).unwrap();
+    hipfs::remote::proto::Reply::decode(&conn.recv(Duration::from_secs(5)).unwrap()).unwrap()
 }

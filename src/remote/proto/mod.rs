@@ -125,3 +125,6 @@ pub(crate) fn expect_kind(r: &mut Reader<'_>, expected: Kind) -> Result<(), Prot
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,357 @@
+//! Property tests of the codec: every message round-trips, and no byte
+//! string (random, truncated or mutated) makes a decoder panic.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use hipfs_fusefs::{Attr, Entry, FileKind, StatFs};
+use hipfs_rdma::{DescriptorTransport, RemoteDescriptor};
+use proptest::prelude::*;
+
+use super::*;
+
+fn name() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(
+        any::<u8>().prop_filter("no / or NUL", |b| *b != b'/' && *b != 0),
+        1..20,
+    )
+    .prop_filter("not . or ..", |n| n != b"." && n != b"..")
+}
+
+fn path() -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(name(), 0..4).prop_map(|v| v.join(&b'/'))
+}
+
+fn cred() -> impl Strategy<Value = WireCred> {
+    (
+        any::<u32>(),
+        any::<u32>(),
+        proptest::collection::vec(any::<u32>(), 0..8),
+    )
+        .prop_map(|(uid, gid, groups)| WireCred { uid, gid, groups })
+}
+
+fn time() -> impl Strategy<Value = Option<WireTime>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(WireTime::Now)),
+        (any::<i64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Some(WireTime::At(s, n))),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let dest = (
+        0u64..1 << 62,
+        0u64..1 << 62,
+        any::<u32>(),
+        any::<bool>(),
+        any::<u64>(),
+    )
+        .prop_map(|(addr, len, rkey, verbs, offset)| ReadDest {
+            region: RemoteDescriptor {
+                addr,
+                len,
+                rkey,
+                transport: if verbs {
+                    DescriptorTransport::Verbs
+                } else {
+                    DescriptorTransport::Tcp
+                },
+            },
+            offset,
+        });
+    prop_oneof![
+        path().prop_map(|path| Op::Lookup { path }),
+        (path(), any::<Option<u64>>()).prop_map(|(path, fh)| Op::Getattr { path, fh }),
+        (
+            path(),
+            any::<Option<u64>>(),
+            any::<Option<u32>>(),
+            any::<Option<u64>>(),
+            time(),
+            time()
+        )
+            .prop_map(|(path, fh, mode, size, atime, mtime)| Op::Setattr {
+                path,
+                fh,
+                set: WireSetAttr {
+                    mode,
+                    uid: mode,
+                    gid: None,
+                    size,
+                    atime,
+                    mtime
+                },
+            }),
+        (path(), any::<u64>(), any::<u32>()).prop_map(|(path, cookie, max)| Op::Readdir {
+            path,
+            cookie,
+            max
+        }),
+        (path(), any::<i32>()).prop_map(|(path, flags)| Op::Open { path, flags }),
+        (path(), any::<u32>(), any::<i32>()).prop_map(|(path, mode, flags)| Op::Create {
+            path,
+            mode,
+            flags
+        }),
+        any::<u64>().prop_map(|fh| Op::Release { fh }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            0u32..=(MAX_IO as u32),
+            proptest::option::of(dest)
+        )
+            .prop_map(|(fh, offset, len, dest)| Op::Read {
+                fh,
+                offset,
+                len,
+                dest
+            }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            proptest::collection::vec(any::<u8>(), 0..300)
+        )
+            .prop_map(|(fh, offset, data)| Op::Write { fh, offset, data }),
+        (any::<u64>(), any::<bool>()).prop_map(|(fh, datasync)| Op::Fsync { fh, datasync }),
+        (path(), path(), any::<u32>()).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
+        (path(), proptest::collection::vec(1u8..=255, 0..50))
+            .prop_map(|(path, target)| Op::Symlink { path, target }),
+        (path(), path()).prop_map(|(from, to)| Op::Link { from, to }),
+        (path(), any::<u32>(), any::<u32>()).prop_map(|(path, mode, rdev)| Op::Mknod {
+            path,
+            mode,
+            rdev
+        }),
+        (
+            path(),
+            name(),
+            proptest::collection::vec(any::<u8>(), 0..100),
+            any::<i32>()
+        )
+            .prop_map(|(path, name, value, flags)| Op::Setxattr {
+                path,
+                name,
+                value,
+                flags
+            }),
+        (path(), name()).prop_map(|(path, name)| Op::Removexattr { path, name }),
+        path().prop_map(|path| Op::Statfs { path }),
+    ]
+}
+
+fn attr() -> impl Strategy<Value = Attr> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        0u16..=0o7777,
+        any::<u32>(),
+        -1_000_000i64..4_000_000_000i64,
+        0u32..1_000_000_000,
+    )
+        .prop_map(|(ino, size, perm, nlink, s, n)| {
+            let t = if s >= 0 {
+                UNIX_EPOCH + Duration::new(s as u64, n)
+            } else {
+                UNIX_EPOCH - Duration::from_secs(s.unsigned_abs())
+                    + Duration::from_nanos(u64::from(n))
+            };
+            Attr {
+                ino,
+                size,
+                blocks: size / 512,
+                atime: t,
+                mtime: t,
+                ctime: t,
+                kind: FileKind::Regular,
+                perm,
+                nlink,
+                uid: nlink,
+                gid: 7,
+                rdev: 0,
+                blksize: 4096,
+            }
+        })
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    (attr(), any::<u64>()).prop_map(|(attr, generation)| Entry { attr, generation })
+}
+
+fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
+    prop_oneof![
+        (1i32..4096).prop_map(Err),
+        Just(Ok(Payload::Empty)),
+        attr().prop_map(|a| Ok(Payload::Attr(a))),
+        entry().prop_map(|e| Ok(Payload::Entry(e))),
+        proptest::collection::vec((name(), any::<u64>(), entry()), 0..5).prop_map(|v| Ok(
+            Payload::Dir(
+                v.into_iter()
+                    .map(|(name, cookie, entry)| DirItem {
+                        name,
+                        cookie,
+                        entry
+                    })
+                    .collect()
+            )
+        )),
+        (entry(), any::<u64>()).prop_map(|(entry, fh)| Ok(Payload::Created { entry, fh })),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(|data| Ok(Payload::Read {
+            n: data.len() as u32,
+            data
+        })),
+        any::<u32>().prop_map(|n| Ok(Payload::Written(n))),
+        proptest::collection::vec(name(), 0..5).prop_map(|v| Ok(Payload::Names(v))),
+        any::<(u64, u64, u32)>().prop_map(|(a, b, c)| Ok(Payload::Statfs(StatFs {
+            blocks: a,
+            bfree: b,
+            bavail: b,
+            files: a,
+            ffree: b,
+            bsize: c,
+            namelen: 255,
+            frsize: c
+        }))),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_request_round_trips(id in any::<u64>(), cred in cred(), op in op()) {
+        let req = Request { id, cred, op };
+        prop_assert_eq!(Request::decode(&req.encode()).unwrap(), req);
+    }
+
+    #[test]
+    fn every_reply_round_trips(id in any::<u64>(), result in payload()) {
+        let reply = Reply { id, result };
+        prop_assert_eq!(Reply::decode(&reply.encode()).unwrap(), reply);
+    }
+
+    #[test]
+    fn decoders_never_panic_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+        let _ = Request::decode(&bytes);
+        let _ = Reply::decode(&bytes);
+        let _ = Hello::decode(&bytes);
+        let _ = Challenge::decode(&bytes);
+        let _ = Proof::decode(&bytes);
+        let _ = Welcome::decode(&bytes);
+        let _ = Refused::decode(&bytes);
+        let _ = Request::peek_id(&bytes);
+    }
+
+    #[test]
+    fn every_truncation_of_a_request_is_an_error(id in any::<u64>(), cred in cred(), op in op()) {
+        let msg = Request { id, cred, op }.encode();
+        for cut in 0..msg.len() {
+            prop_assert!(Request::decode(&msg[..cut]).is_err(), "cut at {}", cut);
+        }
+    }
+
+    #[test]
+    fn mutated_requests_decode_to_errors_or_valid_paths(
+        id in any::<u64>(), cred in cred(), op in op(), at in any::<usize>(), val in any::<u8>()
+    ) {
+        let mut msg = Request { id, cred, op }.encode();
+        let i = at % msg.len();
+        msg[i] = val;
+        if let Ok(req) = Request::decode(&msg) {
+            // Whatever decodes must still satisfy every path rule.
+            let paths: Vec<&Vec<u8>> = match &req.op {
+                Op::Lookup { path } | Op::Open { path, .. } | Op::Statfs { path } => vec![path],
+                Op::Rename { from, to, .. } | Op::Link { from, to } => vec![from, to],
+                _ => vec![],
+            };
+            for p in paths {
+                prop_assert!(validate_rel_path(p).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn handshake_messages_round_trip(nonce in any::<[u8; 32]>(), v in any::<u16>(), ro in any::<bool>(), s in "[a-z/]{0,40}") {
+        let h = Hello { min_version: v, max_version: v, nonce };
+        prop_assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        let c = Challenge { version: v, nonce, auth_required: ro };
+        prop_assert_eq!(Challenge::decode(&c.encode()).unwrap(), c);
+        let w = Welcome { export: s.clone(), read_only: ro, mac: nonce };
+        prop_assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
+        let r = Refused { reason: s };
+        prop_assert_eq!(Refused::decode(&r.encode()).unwrap(), r);
+    }
+}
+
+#[test]
+fn crafted_paths_are_refused_with_reasons() {
+    for bad in [
+        &b"../x"[..],
+        b"/abs",
+        b"a//b",
+        b"a/./b",
+        b"a/",
+        b"a\0b",
+        b"..",
+    ] {
+        assert!(
+            validate_rel_path(bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    assert!(matches!(
+        validate_rel_path(&[b'n'; 256]),
+        Err(ProtoError::TooLong { .. })
+    ));
+    assert!(validate_rel_path(&[b'n'; 255]).is_ok());
+    assert!(validate_rel_path(b"").is_ok());
+    assert!(validate_rel_path(b"a/b.c/..d").is_ok());
+}
+
+#[test]
+fn forged_counts_and_lengths_are_refused_before_allocating() {
+    let mut w = Writer::default();
+    w.u8(Kind::Reply as u8).u64(1).u8(4).u32(u32::MAX);
+    assert!(matches!(
+        Reply::decode(&w.finish()),
+        Err(ProtoError::TooLong { .. })
+    ));
+    let mut w = Writer::default();
+    w.u8(Kind::Reply as u8).u64(1).u8(4).u32(4000);
+    assert!(matches!(
+        Reply::decode(&w.finish()),
+        Err(ProtoError::Truncated(_))
+    ));
+    let mut w = Writer::default();
+    w.u8(Kind::Request as u8)
+        .u64(1)
+        .u32(0)
+        .u32(0)
+        .u32(0)
+        .u16(8)
+        .u64(1)
+        .u64(0)
+        .u32(u32::MAX);
+    assert!(matches!(
+        Request::decode(&w.finish()),
+        Err(ProtoError::TooLong { .. })
+    ));
+}
+
+#[test]
+fn version_negotiation_picks_the_highest_common_and_explains_a_mismatch() {
+    let h = Hello {
+        min_version: 1,
+        max_version: 5,
+        nonce: [0; 32],
+    };
+    assert_eq!(h.negotiate(), Ok(PROTO_VERSION));
+    let h = Hello {
+        min_version: 2,
+        max_version: 3,
+        nonce: [0; 32],
+    };
+    let why = h.negotiate().unwrap_err();
+    assert!(
+        why.contains("2..=3") && why.contains("same hipfs release"),
+        "{why}"
+    );
+}

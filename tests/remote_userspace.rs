@@ -1,0 +1,182 @@
+//! UserspaceFs handles on a hipfs mount: reads and writes go from the
+//! library to the server directly (no FUSE on the data path), checked
+//! against the exported file.
+
+mod remote_common;
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hipfs::remote::mount::{mount_remote, MountOptions};
+use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
+use remote_common::{free_port, pattern, spawn_server, Fixture};
+
+fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *x >> 17
+}
+
+fn open_us(path: &std::path::Path, flags: i32) -> FileHandle {
+    hipfs::remote::install_userspace_resolver();
+    let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
+    fh.open().unwrap();
+    fh
+}
+
+#[test]
+fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = (24 << 20) + 12345;
+    let data = pattern(21, size);
+    fs::write(fx.e("data"), &data).unwrap();
+    let fh = open_us(&fx.m("data"), libc::O_RDONLY);
+    let mut mem = vec![0u8; 8 << 20];
+    let buf = Buffer::from_slice(&mut mem, 0);
+    let mut x = 99u64;
+    for i in 0..200 {
+        let len = if i % 10 == 0 {
+            8 << 20
+        } else {
+            (lcg(&mut x) % (3 << 20)) as usize + 1
+        };
+        let off = lcg(&mut x) % (size as u64 + 4096);
+        let n = fh.read(&buf, len, off as i64, 0).unwrap();
+        let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
+        assert_eq!(n, want, "read {len} at {off}");
+        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
+        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
+        assert!(
+            got == &data[off as usize..off as usize + n],
+            "bytes of read {len} at {off}"
+        );
+    }
+}
+
+#[test]
+fn many_threads_on_one_handle_and_many_handles_on_one_file_read_correct_bytes() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = 16 << 20;
+    let data = Arc::new(pattern(33, size));
+    fs::write(fx.e("shared"), &*data).unwrap();
+    let one = open_us(&fx.m("shared"), libc::O_RDONLY);
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (one, data, fx) = (&one, data.clone(), &fx);
+            s.spawn(move || {
+                let own = open_us(&fx.m("shared"), libc::O_RDONLY);
+                let mut mem = vec![0u8; 2 << 20];
+                let buf = Buffer::from_slice(&mut mem, 0);
+                let mut x = t + 1;
+                for i in 0..40 {
+                    let h = if i % 2 == 0 { one } else { &own };
+                    let len = (lcg(&mut x) % (2 << 20)) as usize + 1;
+                    let off = lcg(&mut x) % size as u64;
+                    let n = h.read(&buf, len, off as i64, 0).unwrap();
+                    let want = (size - off as usize).min(len);
+                    assert_eq!(n, want);
+                    // SAFETY: as above.
+                    let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
+                    assert!(got == &data[off as usize..off as usize + n]);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn userspace_writes_at_random_offsets_land_in_the_exported_file() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = 6 << 20;
+    fs::write(fx.e("w"), vec![0u8; size]).unwrap();
+    let mut expect = vec![0u8; size];
+    let fh = open_us(&fx.m("w"), libc::O_RDWR);
+    let mut x = 5u64;
+    for i in 0..40u64 {
+        let len = (lcg(&mut x) % (2 << 20)) as usize + 1;
+        let off = (lcg(&mut x) % (size - len) as u64) as usize;
+        let mut src = pattern(1000 + i, len);
+        expect[off..off + len].copy_from_slice(&src);
+        let buf = Buffer::from_slice(&mut src, 0);
+        assert_eq!(fh.write(&buf, len, off as i64, 0).unwrap(), len);
+    }
+    assert!(
+        fs::read(fx.e("w")).unwrap() == expect,
+        "server file holds every write"
+    );
+    // Writes through the mount and through the library see each other.
+    let f = fs::OpenOptions::new().write(true).open(fx.m("w")).unwrap();
+    f.write_all_at(b"via mount", 100).unwrap();
+    drop(f);
+    let mut mem = vec![0u8; 9];
+    let buf = Buffer::from_slice(&mut mem, 0);
+    fh.read(&buf, 9, 100, 0).unwrap();
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(buf.ptr(), 9) },
+        b"via mount"
+    );
+}
+
+#[test]
+fn userspace_registration_of_a_file_outside_any_hipfs_mount_is_refused_with_io_not_supported() {
+    let _d = Driver::open().unwrap();
+    hipfs::remote::install_userspace_resolver();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("plain"), b"local").unwrap();
+    let mut fh = FileHandle::new(
+        dir.path().join("plain"),
+        libc::O_RDONLY,
+        0,
+        FileHandleType::UserspaceFs,
+    );
+    let err = fh.open().unwrap_err();
+    assert_eq!(err.op(), OpError::IoNotSupported, "{err}");
+    assert!(err.to_string().contains("hipfs mount"), "{err}");
+}
+
+#[test]
+fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let data = pattern(77, 4 << 20);
+    fs::write(export.path().join("f"), &data).unwrap();
+    let port = free_port();
+    let mut server = spawn_server(export.path(), port, &[]);
+    let mut o = MountOptions::parse("timeout=2").unwrap();
+    o.transport = hipfs_rdma::TransportKind::Tcp;
+    let m = mount_remote(&format!("127.0.0.1:{port}"), mnt.path(), &o).unwrap();
+    let fh = open_us(&mnt.path().join("f"), libc::O_RDONLY);
+    let mut mem = vec![0u8; 1 << 20];
+    let buf = Buffer::from_slice(&mut mem, 0);
+    assert_eq!(fh.read(&buf, 1 << 20, 0, 0).unwrap(), 1 << 20);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGKILL) };
+    let _ = server.wait();
+    // The process-wide client has its own deadline (30 s by default); the
+    // failure must come, not a hang.
+    let t = std::time::Instant::now();
+    assert!(fh.read(&buf, 1 << 20, 0, 0).is_err());
+    assert!(t.elapsed() < Duration::from_secs(40));
+    let mut server = spawn_server(export.path(), port, &[]);
+    let n = fh.read(&buf, 1 << 20, 2 << 20, 0).unwrap();
+    assert_eq!(n, 1 << 20);
+    // SAFETY: as above.
+    assert!(unsafe { std::slice::from_raw_parts(buf.ptr(), n) } == &data[2 << 20..3 << 20]);
+    drop(fh);
+    m.unmount().unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(server.id() as i32, libc::SIGKILL) };
+    let _ = server.wait();
+}
