@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 G=$PWD/.gpu
-[ -x "$G/bin/gpu_bench" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/gpu_bench)"; exit 2; }
+[ -x "$G/bin/hipfs" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/hipfs)"; exit 2; }
 LOG=${OUT:-/tmp}/gpu-checks.log
 exec > >(tee "$LOG") 2>&1
 STEPS=${HIPFS_GPU_STEPS:-tests,read,peers,write,cold}
@@ -34,54 +34,54 @@ F=$W/read-$SIZE.bin; FC=$W/cold-$COLD.bin; FW=$W/write-$WSIZE.bin
 if step tests; then
     say "GPU tests (default parameters)"
     for t in "$G"/tests/*; do
-        HIPFS_TEST_DIR=$W/t "$t" --test-threads=4 || fail=1
+        HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
     done
     say "GPU tests again with 64 KiB chunks and 5 workers (many chunks per request)"
     for t in "$G"/tests/*; do
-        HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t "$t" --test-threads=4 || fail=1
+        HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
     done
     rm -rf "$W/t"
 fi
 
 if step read; then
     say "hipfs read $SIZE, page cache (configs $CONFIGS)"
-    "$G/bin/gpu_bench" read "$F" --create "$SIZE" --configs "$CONFIGS" || fail=1
+    timeout 200 "$G/bin/hipfs" bench read "$F" --create "$SIZE" --configs "$CONFIGS" --gpu || fail=1
     say "same, slabs pinned by cuMemHostRegister of huge-page memory"
-    HIPFS_BOUNCE_PIN=register "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M,32x2M || fail=1
+    HIPFS_BOUNCE_PIN=register timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M,16x4M --gpu || fail=1
     say "same, spinning event waits instead of blocking ones"
-    HIPFS_CUDA_SPIN=1 "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+    HIPFS_CUDA_SPIN=1 timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M --gpu || fail=1
     say "same, 3 slabs per worker"
-    HIPFS_BOUNCE_DEPTH=3 "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+    HIPFS_BOUNCE_DEPTH=3 timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M --gpu || fail=1
     say "library defaults"
-    "$G/bin/gpu_bench" read "$F" || fail=1
+    timeout 200 "$G/bin/hipfs" bench read "$F" --gpu || fail=1
 fi
 
 if step peers; then
-    [ -f "$F" ] || "$G/bin/gpu_bench" read "$F" --create "$SIZE" --repeats 1
+    [ -f "$F" ] || timeout 200 "$G/bin/hipfs" bench read "$F" --gpu --create "$SIZE" --repeats 1
     if [ -d "$G/gpu-baseline" ]; then
         say "C baselines (gpu-baseline/run.sh)"
-        bash "$G/gpu-baseline/run.sh" "$F" h2d 16 naive 16 dbuf 8 mt8 8 mt16 8 mt16 2
+        timeout 150 bash "$G/gpu-baseline/run.sh" "$F" h2d 16 naive 16 dbuf 8 mt8 8 mt16 8 mt16 2
     fi
     if ls "$G"/whl/*.whl >/dev/null 2>&1; then
         say "RAPIDS KvikIO"
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$G"/whl/*.whl &&
-            PYTHONPATH=/tmp/site python3 scripts/gpu/kvikio_rw.py "$F" read 3
+            PYTHONPATH=/tmp/site timeout 150 python3 scripts/gpu/kvikio_rw.py "$F" read 3
     fi
     say "hipfs again right after the peers (same state of the machine)"
-    "$G/bin/gpu_bench" read "$F" --configs 16x2M,16x4M || fail=1
+    timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M,16x4M --gpu || fail=1
 fi
 
 if step write; then
     say "writes from device memory ($WSIZE)"
-    "$G/bin/gpu_bench" write "$FW" --create "$WSIZE" --configs 16x4M || fail=1
+    timeout 200 "$G/bin/hipfs" bench write "$FW" --create "$WSIZE" --configs 16x4M --gpu || fail=1
     if ls "$G"/whl/*.whl >/dev/null 2>&1; then
-        PYTHONPATH=/tmp/site python3 scripts/gpu/kvikio_rw.py "$FW" write 3
+        PYTHONPATH=/tmp/site timeout 150 python3 scripts/gpu/kvikio_rw.py "$FW" write 3
     fi
 fi
 
 if step cold; then
     say "cold O_DIRECT reads ($COLD) beside dd iflag=direct"
-    "$G/bin/gpu_bench" read "$FC" --create "$COLD" --direct --configs 16x4M,8x16M || fail=1
+    timeout 200 "$G/bin/hipfs" bench read "$FC" --create "$COLD" --direct --configs 16x4M --gpu || fail=1
 fi
 say "done (failures: $fail)"
 exit $fail

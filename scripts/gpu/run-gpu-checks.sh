@@ -12,6 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 G=.gpu
+T=${CARGO_TARGET_DIR:-$root/target}
 baseline=${GPU_BASELINE_DIR:-$root/../shared/tools/gpu-baseline}
 mkdir -p "$G/bin" "$G/tests"
 
@@ -35,8 +36,8 @@ for line in sys.stdin:
 
 # Debug info is dropped: the carried folder must stay small.
 rm -f "$G"/tests/*
-strip -o "$G/bin/hipfs" target/release/hipfs
-strip -o "$G/bin/gpu_bench" target/release/examples/gpu_bench
+strip -o "$G/bin/hipfs" "$T/release/hipfs"
+strip -o "$G/bin/gpu_bench" "$T/release/examples/gpu_bench"
 while read -r name exe; do strip -o "$G/tests/$name" "$exe"; done < "$G/tests.txt"
 
 if [ -d "$baseline" ]; then

@@ -442,7 +442,7 @@ struct Row {
 
 fn print_rows(title: &str, rows: &[Row], ceiling: f64) {
     println!("{title}");
-    println!("{:<58} {:>8} {:>9}  {}", "path", "GiB/s", "of ceil", "");
+    println!("{:<58} {:>8} {:>9}", "path", "GiB/s", "of ceil");
     for r in rows {
         println!(
             "{:<58} {:>8.2} {:>8.0}%  {}",

@@ -321,6 +321,35 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
+    fn stream_wait_value32(&self, stream: usize, flag: usize, value: u32) -> Result<bool> {
+        // Not in SYMBOLS: a driver without stream memory operations still
+        // serves everything else, and async I/O falls back.
+        static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // SAFETY: this runtime exists, so libcuda is loaded; a symbol lookup only.
+        let present = *PRESENT.get_or_init(|| unsafe {
+            sys::culib()
+                .get::<*const c_void>(b"cuStreamWaitValue32_v2")
+                .is_ok()
+        });
+        if !present {
+            return Ok(false);
+        }
+        self.ensure_context()?;
+        // SAFETY: flag is cuMemHostAlloc memory, mapped at the same address
+        // in every device's space (unified addressing), kept alive by the
+        // caller for as long as the wait can be pending.
+        let r = unsafe {
+            sys::cuStreamWaitValue32_v2(
+                stream as sys::CUstream,
+                flag as u64,
+                value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
+        };
+        check(r, "cuStreamWaitValue32")?;
+        Ok(true)
+    }
+
     fn bind(&self, device: i32) -> Result<DeviceGuard> {
         let ctx = self.context(device)?;
         if BOUND.with(|b| b.get()) == ctx {

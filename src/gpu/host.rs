@@ -30,7 +30,7 @@ impl HostRuntime {
 
     fn with_stream<T>(&self, stream: usize, f: impl FnOnce(&HostStream) -> T) -> Result<T> {
         let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-        if !streams.contains_key(&stream) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = streams.entry(stream) {
             let (tx, rx) = channel::<Job>();
             let pending = Arc::new((Mutex::new(0usize), Condvar::new()));
             let p2 = Arc::clone(&pending);
@@ -46,7 +46,7 @@ impl HostRuntime {
                     }
                 })
                 .map_err(|e| Error::new(OpError::InternalError, format!("stream thread: {e}")))?;
-            streams.insert(stream, HostStream { tx, pending });
+            slot.insert(HostStream { tx, pending });
         }
         Ok(f(&streams[&stream]))
     }

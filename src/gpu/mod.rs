@@ -50,6 +50,16 @@ pub trait GpuRuntime: Send + Sync {
     fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()>;
     /// Waits until everything enqueued on `stream` has run.
     fn stream_synchronize(&self, stream: usize) -> Result<()>;
+    /// Makes `stream` wait, on the device and without holding a host
+    /// thread, until the 32-bit word at `flag` (memory from
+    /// [`GpuRuntime::alloc_pinned`]) is at least `value` (wrapping compare).
+    /// `Ok(false)`: this runtime cannot, nothing was enqueued. Async I/O
+    /// uses it so the I/O's own GPU calls never run while a host function
+    /// holds the stream (which can deadlock against implicit synchronisation).
+    fn stream_wait_value32(&self, stream: usize, flag: usize, value: u32) -> Result<bool> {
+        let _ = (stream, flag, value);
+        Ok(false)
+    }
 
     // What follows is what the pipelined bounce path and the GPU tests need.
     // The defaults say "not here", which is right for the host runtime.
@@ -215,7 +225,9 @@ pub fn probe_report() -> Vec<(String, std::result::Result<usize, String>)> {
 
 type Probe = fn() -> std::result::Result<Box<dyn GpuRuntime>, String>;
 
+#[allow(clippy::vec_init_then_push)]
 fn candidates() -> Vec<(&'static str, Probe)> {
+    // Which pushes exist depends on the features compiled in.
     #[allow(unused_mut)]
     let mut v: Vec<(&'static str, Probe)> = Vec::new();
     #[cfg(feature = "cuda")]

@@ -238,9 +238,9 @@ fn try_p2p(rt: &dyn GpuRuntime, pf: &PosixFile, req: &Request) -> Result<Option<
         return Ok(None);
     };
     let align = pf.offset_align as u64;
-    let aligned = req.file_offset % align == 0
-        && req.size as u64 % align == 0
-        && req.mem % pf.mem_align.max(1) == 0;
+    let aligned = req.file_offset.is_multiple_of(align)
+        && (req.size as u64).is_multiple_of(align)
+        && req.mem.is_multiple_of(pf.mem_align.max(1));
     if !aligned {
         return Ok(None);
     }
