@@ -167,7 +167,7 @@ unsafe fn read_direct(
     len: usize,
     off: u64,
 ) -> Result<usize> {
-    let aligned_mem = (dst as usize) % pf.mem_align == 0;
+    let aligned_mem = (dst as usize).is_multiple_of(pf.mem_align);
     let r = if aligned_mem {
         // SAFETY: caller's range.
         unsafe { pread_full(direct, dst, len, off) }
@@ -267,7 +267,7 @@ unsafe fn write_direct(
     len: usize,
     off: u64,
 ) -> Result<usize> {
-    let aligned_mem = (src as usize) % pf.mem_align == 0;
+    let aligned_mem = (src as usize).is_multiple_of(pf.mem_align);
     let r = if aligned_mem {
         // SAFETY: caller's range.
         unsafe { pwrite_full(direct, src, len, off) }
