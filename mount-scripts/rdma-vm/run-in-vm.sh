@@ -129,7 +129,7 @@ mount -t devpts none /mnt/root/dev/pts 2>/dev/null
 mount -t tmpfs none /mnt/root/dev/shm 2>/dev/null
 mount -t tmpfs none /mnt/root/run
 mkdir -p /mnt/root/run/vm && mount --bind /mnt/run /mnt/root/run/vm
-chroot /mnt/root /bin/sh /run/vm/job.sh
+chroot /mnt/root /bin/bash /run/vm/job.sh
 off
 INIT
   chmod 755 "$tmp/init"
@@ -153,7 +153,7 @@ KERNEL=$VMDIR/kernel/vmlinux
 write_job() {  # DIR IP PEER_IP ROLE NETDEV -- ARGV...
   local dir=$1 ip=$2 peer=$3 role=$4 dev=$5; shift 6
   {
-    echo '#!/bin/sh'
+    echo '#!/bin/bash'
     echo 'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8'
     echo "export HIPFS_VM=1 HIPFS_VM_IP=$ip HIPFS_VM_PEER_IP=$peer HIPFS_VM_ROLE=$role"
     local v

@@ -3,11 +3,9 @@
 
 mod suite;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hipfs_rdma::{connect, devices, Error, RemoteDescriptor, TransportConfig, TransportKind};
+use hipfs_rdma::{connect, devices, Error, TransportConfig, TransportKind};
 use suite::*;
 
 fn env() -> Env {
@@ -129,99 +127,21 @@ fn a_listener_that_is_not_hipfs_fails_the_handshake_within_the_deadline() {
     assert!(t.elapsed() < Duration::from_secs(5));
 }
 
-const HELPER_ENV: &str = "HIPFS_RDMA_TEST_PEER";
-
-/// Not a test on its own: the peer process for the kill/stop tests. Listens,
-/// prints its address, accepts one connection, shares a 64 MiB region and
-/// then serves until killed.
+/// Not a test on its own: the peer process for the kill/stop tests.
 #[test]
 #[ignore]
 fn helper_peer_process() {
-    if std::env::var(HELPER_ENV).is_err() {
-        return;
-    }
-    let cfg = TransportConfig {
-        kind: TransportKind::Tcp,
-        ..TransportConfig::default()
-    };
-    let l = hipfs_rdma::listen("127.0.0.1:0", &cfg).unwrap();
-    println!("ADDR {}", l.local_addr());
-    std::io::stdout().flush().unwrap();
-    let c = l.accept().unwrap();
-    let b = Buf::new(64 << 20);
-    let r = b.register(&*c);
-    c.send(&r.descriptor().encode()).unwrap();
-    loop {
-        let _ = c.recv(Duration::from_secs(3600));
-    }
-}
-
-fn spawn_peer() -> (std::process::Child, String) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "helper_peer_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let addr = loop {
-        let l = lines.next().expect("peer exited").unwrap();
-        // libtest prints "test helper_peer_process ... " before our line.
-        if let Some((_, a)) = l.split_once("ADDR ") {
-            break a.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, addr)
-}
-
-fn run_against_dying_peer(signal: i32, op_timeout: Duration) -> Vec<(Error, Duration)> {
-    let (mut child, addr) = spawn_peer();
-    let cfg = TransportConfig {
-        kind: TransportKind::Tcp,
-        op_timeout,
-        ..TransportConfig::default()
-    };
-    let c = connect(&addr, &cfg).unwrap();
-    let desc = RemoteDescriptor::decode(&c.recv(Duration::from_secs(10)).unwrap()).unwrap();
-    let src = Buf::new(desc.len as usize);
-    let sr = src.register(&*c);
-    let n = desc.len as usize;
-    let results = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4)
-            .map(|_| {
-                s.spawn(|| loop {
-                    if let Err(e) = c.write_remote(&sr, 0, n, &desc, 0) {
-                        return (e, Instant::now());
-                    }
-                })
-            })
-            .collect();
-        std::thread::sleep(Duration::from_millis(500));
-        let at = Instant::now();
-        unsafe { libc::kill(child.id() as i32, signal) };
-        hs.into_iter()
-            .map(|h| {
-                let (e, t) = h.join().unwrap();
-                (e, t.duration_since(at))
-            })
-            .collect()
-    });
-    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
-    let _ = child.wait();
-    results
+    suite::peer_process_main(TransportKind::Tcp);
 }
 
 #[test]
 fn a_peer_process_killed_mid_transfer_fails_every_pending_operation_promptly() {
-    for (e, after) in run_against_dying_peer(libc::SIGKILL, Duration::from_secs(10)) {
+    for (e, after) in run_against_dying_peer(
+        TransportKind::Tcp,
+        "127.0.0.1",
+        libc::SIGKILL,
+        Duration::from_secs(10),
+    ) {
         assert!(matches!(e, Error::Disconnected(_)), "{e}");
         assert!(after < Duration::from_secs(5), "took {after:?}");
     }
@@ -230,7 +150,9 @@ fn a_peer_process_killed_mid_transfer_fails_every_pending_operation_promptly() {
 #[test]
 fn a_frozen_peer_process_makes_pending_operations_time_out_at_the_deadline() {
     let deadline = Duration::from_secs(2);
-    for (e, after) in run_against_dying_peer(libc::SIGSTOP, deadline) {
+    for (e, after) in
+        run_against_dying_peer(TransportKind::Tcp, "127.0.0.1", libc::SIGSTOP, deadline)
+    {
         assert!(matches!(e, Error::Timeout(_)), "{e}");
         assert!(after < deadline + Duration::from_secs(2), "took {after:?}");
     }

@@ -151,6 +151,31 @@ fn dmabuf_registration_of_a_non_dmabuf_fd_is_an_error_not_a_crash() {
     assert!(r.is_err());
 }
 
+/// Not a test on its own: the peer process for the kill test.
+#[test]
+#[ignore]
+fn helper_peer_process() {
+    suite::peer_process_main(TransportKind::Verbs);
+}
+
+#[test]
+fn a_peer_process_killed_mid_transfer_fails_every_pending_operation_within_the_deadline() {
+    let Some(e) = env() else { return };
+    let ip = e.bind.rsplit_once(':').map(|x| x.0.to_string()).unwrap();
+    let deadline = Duration::from_secs(10);
+    for (err, after) in run_against_dying_peer(TransportKind::Verbs, &ip, libc::SIGKILL, deadline) {
+        assert!(
+            matches!(
+                err,
+                Error::Disconnected(_) | Error::Completion(_) | Error::Timeout(_)
+            ),
+            "{err}"
+        );
+        assert!(after < deadline + Duration::from_secs(2), "took {after:?}");
+        eprintln!("writer failed {after:?} after the kill: {err}");
+    }
+}
+
 const CROSS_PORT: u16 = 7471;
 
 /// Two-VM mode, peer side (started by ci-verbs-tests.sh in the peer VM):

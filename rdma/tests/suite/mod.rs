@@ -3,6 +3,8 @@
 //! naming the transport and the address to listen on.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -363,4 +365,100 @@ pub fn a_peer_dying_mid_transfer_fails_every_pending_operation_within_the_deadli
             assert!(at.duration_since(killed) <= cfg.op_timeout + Duration::from_secs(2));
         }
     });
+}
+
+const PEER_ENV: &str = "HIPFS_RDMA_TEST_PEER";
+
+/// Body of the helper "test" each binary has: when started by
+/// [`run_against_dying_peer`] it listens on the address in the env var,
+/// prints it, accepts one connection, shares a 4 MiB region and serves
+/// until it is killed. Started any other way it does nothing.
+pub fn peer_process_main(kind: TransportKind) {
+    let Ok(ip) = std::env::var(PEER_ENV) else {
+        return;
+    };
+    let cfg = TransportConfig {
+        kind,
+        ..TransportConfig::default()
+    };
+    let l = listen(&format!("{ip}:0"), &cfg).unwrap();
+    println!("ADDR {}", l.local_addr());
+    std::io::stdout().flush().unwrap();
+    let c = l.accept().unwrap();
+    let b = Buf::new(4 << 20);
+    let r = b.register(&*c);
+    c.send(&r.descriptor().encode()).unwrap();
+    loop {
+        let _ = c.recv(Duration::from_secs(3600));
+    }
+}
+
+fn spawn_peer(ip: &str) -> (std::process::Child, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper_peer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PEER_ENV, ip)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let addr = loop {
+        let l = lines.next().expect("peer exited").unwrap();
+        // libtest prints "test helper_peer_process ... " before our line.
+        if let Some((_, a)) = l.split_once("ADDR ") {
+            break a.trim().to_string();
+        }
+    };
+    thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// Starts a peer process, keeps 4 threads writing to it, sends it
+/// `signal` and returns how each writer failed and how long after the signal.
+pub fn run_against_dying_peer(
+    kind: TransportKind,
+    ip: &str,
+    signal: i32,
+    op_timeout: Duration,
+) -> Vec<(Error, Duration)> {
+    let (mut child, addr) = spawn_peer(ip);
+    let cfg = TransportConfig {
+        kind,
+        op_timeout,
+        ..TransportConfig::default()
+    };
+    let c = connect(&addr, &cfg).unwrap();
+    let desc = RemoteDescriptor::decode(&c.recv(Duration::from_secs(30)).unwrap()).unwrap();
+    let src = Buf::new(desc.len as usize);
+    let sr = src.register(&*c);
+    let n = desc.len as usize;
+    let results = thread::scope(|s| {
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| loop {
+                    if let Err(e) = c.write_remote(&sr, 0, n, &desc, 0) {
+                        return (e, Instant::now());
+                    }
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(500));
+        let at = Instant::now();
+        unsafe { libc::kill(child.id() as i32, signal) };
+        hs.into_iter()
+            .map(|h| {
+                let (e, t) = h.join().unwrap();
+                (e, t.duration_since(at))
+            })
+            .collect()
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    results
 }
