@@ -22,6 +22,11 @@ fn control_messages_arrive_in_order_and_recv_times_out_when_idle() {
 }
 
 #[test]
+fn messages_flow_both_ways_at_once_with_the_smallest_credit_window() {
+    suite::messages_flow_both_ways_at_once_with_the_smallest_credit_window(&env());
+}
+
+#[test]
 fn a_64_mib_write_and_read_arrive_intact() {
     suite::large_write_and_read_arrive_intact(&env());
 }

@@ -471,6 +471,7 @@ impl Inner {
             if fds[1].revents != 0 {
                 self.cm_events(Duration::ZERO);
             }
+            self.return_credits_if_owed();
             idle = 0;
         }
     }
@@ -523,7 +524,11 @@ impl Inner {
                 self.lanes[0].sq.release(1);
                 if !ok {
                     self.die(format!("send failed: {}", status_str()));
+                    return;
                 }
+                // A credit-only message that found no free slot earlier
+                // goes now: the peer may be waiting for those credits.
+                self.return_credits_if_owed();
             }
             _ => {
                 let lane = ((wc.wr_id >> OP_BITS) & 0x3fff) as usize;
@@ -586,6 +591,12 @@ impl Inner {
             self.send_credit_only();
         }
         Ok(())
+    }
+
+    fn return_credits_if_owed(&self) {
+        if self.owed.load(Ordering::SeqCst) >= self.own_credits / 2 {
+            self.send_credit_only();
+        }
     }
 
     /// Returns owed credits without waiting for anything; uses the credit

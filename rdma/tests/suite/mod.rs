@@ -462,3 +462,26 @@ pub fn run_against_dying_peer(
     let _ = child.wait();
     results
 }
+
+pub fn messages_flow_both_ways_at_once_with_the_smallest_credit_window(env: &Env) {
+    let cfg = TransportConfig {
+        recv_credits: 2,
+        ..env.cfg()
+    };
+    let p = pair_with(env, &cfg);
+    let n = 300u32;
+    thread::scope(|s| {
+        for (a, b) in [(&p.client, &p.server), (&p.server, &p.client)] {
+            s.spawn(move || {
+                for i in 0..n {
+                    a.send(&i.to_le_bytes()).unwrap();
+                }
+            });
+            s.spawn(move || {
+                for i in 0..n {
+                    assert_eq!(b.recv(Duration::from_secs(20)).unwrap(), i.to_le_bytes());
+                }
+            });
+        }
+    });
+}
