@@ -18,7 +18,7 @@ __all__ = ["Buffer"]
 class _Memory:
     """An address, its length when known, and what keeps it valid."""
 
-    __slots__ = ("ptr", "nbytes", "readonly", "keep", "source", "_export")
+    __slots__ = ("ptr", "nbytes", "readonly", "keep", "source", "stream", "_export")
 
     def __init__(
         self,
@@ -28,6 +28,7 @@ class _Memory:
         keep: Any,
         source: str,
         export: Any = None,
+        stream: Optional[int] = None,
     ) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
@@ -35,8 +36,17 @@ class _Memory:
         # The object (and DLPack capsule) whose lifetime guarantees the memory.
         self.keep = keep
         self.source = source
+        # The GPU stream the producer orders its work on (CUDA array
+        # interface v3 / DLPack); synchronized before every transfer.
+        self.stream = stream
         # A held buffer-protocol export (pins a bytearray's storage, etc.).
         self._export = export
+
+    def synchronize(self) -> None:
+        """Wait for the producer's queued work on this memory (e.g. a copy
+        into it that cudaMemcpy returned from before its DMA finished)."""
+        if self.stream:
+            _hipfile.stream_synchronize(self.stream)
 
     def release(self) -> None:
         if self._export is not None:
@@ -70,13 +80,40 @@ def _from_array_interface(obj: Any, iface: dict, source: str) -> _Memory:
             if dim != 1 and stride != expected:
                 raise BufferError(f"{type(obj).__name__} is not C-contiguous; hipfile moves one contiguous byte range")
             expected *= dim
-    return _Memory(int(ptr or 0), math.prod(shape) * itemsize, bool(readonly), obj, source)
+    # CUDA array interface v3: "stream" names the stream to synchronize on
+    # before use (1 legacy default, 2 per-thread default, None: no need).
+    stream = iface.get("stream")
+    stream = stream if _is_int(stream) and stream > 0 else None
+    return _Memory(int(ptr or 0), math.prod(shape) * itemsize, bool(readonly), obj, source, stream=stream)
+
+
+# DLPack device types whose producers order work on streams, and the stream
+# value that asks them to make the memory ready for the default stream:
+# kDLCUDA and kDLCUDAManaged (1: legacy default stream), kDLROCM (0: default).
+_DLPACK_STREAM = {2: 1, 13: 1, 10: 0}
+
+
+def _from_dlpack(obj: Any) -> _Memory:
+    stream = None
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None:
+        stream = _DLPACK_STREAM.get(int(dev()[0]))
+    if stream is None:
+        capsule = obj.__dlpack__()
+    else:
+        try:
+            capsule = obj.__dlpack__(stream=stream)
+        except TypeError:  # a producer from before the stream argument
+            capsule = obj.__dlpack__()
+    ptr, nbytes, _device_type, _device_id = _hipfile.dlpack_info(capsule)
+    # The capsule owns a reference to the tensor until it is collected.
+    return _Memory(ptr, nbytes, False, (obj, capsule), "DLPack", stream=stream)
 
 
 def _resolve(obj: Any) -> _Memory:
     """Find the bytes behind ``obj``; raises TypeError when there are none."""
     if isinstance(obj, Buffer):
-        return _Memory(obj.ptr, obj.length, obj._readonly, obj, "Buffer")
+        return _Memory(obj.ptr, obj.length, obj._readonly, obj, "Buffer", stream=obj._memory.stream)
     if _is_int(obj):
         if obj < 0:
             raise ValueError(f"pointer {obj} is negative")
@@ -99,10 +136,7 @@ def _resolve(obj: Any) -> _Memory:
     if isinstance(ai, dict) and ai.get("data") is not None:
         return _from_array_interface(obj, ai, "__array_interface__")
     if hasattr(obj, "__dlpack__"):
-        capsule = obj.__dlpack__()
-        ptr, nbytes, _device_type, _device_id = _hipfile.dlpack_info(capsule)
-        # The capsule owns a reference to the tensor until it is collected.
-        return _Memory(ptr, nbytes, False, (obj, capsule), "DLPack")
+        return _from_dlpack(obj)
     raise TypeError(
         f"{type(obj).__name__} is not memory hipfile can use: pass a Buffer, an integer "
         "address, a ctypes pointer, or an object with the buffer protocol, "

@@ -154,3 +154,17 @@ pub fn handle_type_table(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     }
     Ok(d)
 }
+
+/// Waits for a GPU stream (a `CUstream`/`hipStream_t` value; 1 and 2 are
+/// CUDA's legacy and per-thread default streams) so that work a producer
+/// queued on it (a copy into the memory we are about to write from, say)
+/// has finished before the core touches the memory. Nothing to wait for
+/// without a GPU runtime.
+#[pyfunction]
+pub fn stream_synchronize(py: Python<'_>, stream: usize) -> PyResult<()> {
+    let rt = hipfs::gpu::runtime();
+    if rt.name() == "host" {
+        return Ok(());
+    }
+    detached(py, move || rt.stream_synchronize(stream))
+}

@@ -27,6 +27,7 @@ fn _hipfile(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(api::write, m)?)?;
     m.add_function(wrap_pyfunction!(api::buf_register, m)?)?;
     m.add_function(wrap_pyfunction!(api::buf_deregister, m)?)?;
+    m.add_function(wrap_pyfunction!(api::stream_synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(memory::export_buffer, m)?)?;
     m.add_function(wrap_pyfunction!(memory::dlpack_info, m)?)?;
     m.add_class::<memory::BufferExport>()?;
