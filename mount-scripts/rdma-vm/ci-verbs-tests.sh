@@ -40,17 +40,8 @@ echo "== cross-host: two VMs"
 
 if [ $BENCH = 1 ]; then
   echo "== benchmarks in the VM (perftest beside hipfs-rdma)"
-  cargo build --release -p hipfs-rdma --example transport_bench >/dev/null 2>&1
-  "$VM" -t 600 -- bash -c '
-    for t in ib_write_bw ib_read_bw; do
-      $t -d rxe0 -x 1 -F -s 1048576 -n 200 --report_gbits >/tmp/perf-srv.$$ 2>&1 & s=$!
-      sleep 1
-      echo "--- $t 1 MiB x 200"; $t -d rxe0 -x 1 -F -s 1048576 -n 200 --report_gbits $HIPFS_VM_IP | grep -E "^ #bytes|^ [0-9]"
-      wait $s
-    done
-    echo "--- hipfs-rdma verbs (64 MiB, 1 MiB blocks)"
-    '"$REPO"'/target/release/examples/transport_bench verbs 64 1 $HIPFS_VM_IP
-    '"$REPO"'/target/release/examples/transport_bench verbs 64 4 $HIPFS_VM_IP' || fail=1
+  cargo build --release -p hipfs-rdma --example transport_bench
+  "$VM" -t 600 -- "$HERE/bench-verbs.sh" "$REPO/target/release/examples/transport_bench" 1024 64 || fail=1
 fi
 
 [ $fail = 0 ] && echo "== all verbs steps passed" || echo "== verbs steps FAILED" >&2

@@ -1,12 +1,23 @@
-//! Prints transport throughput beside the plain-socket ceiling.
+//! Prints transport throughput (RDMA WRITE and READ) beside the
+//! plain-socket ceiling (TCP/auto only) measured in the same run.
 //!
 //! ```text
-//! cargo run --release -p hipfs-rdma --example transport_bench -- [tcp|verbs|auto] [MiB] [lanes] [bind-ip]
+//! transport_bench [tcp|verbs|auto] [total MiB] [lanes] [ip] [block KiB] [depth]
+//! cargo run --release -p hipfs-rdma --example transport_bench -- tcp 2048 4
+//! transport_bench verbs 64 4 10.99.0.1 1024 4     # in the soft-RoCE VM
 //! ```
-//! With `verbs`, give the IP of an RDMA interface (e.g. the rxe VM's 10.99.0.1).
 
 use hipfs_rdma::bench::{self, BenchOp, BenchSpec};
 use hipfs_rdma::TransportKind;
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> Result<T, String> {
+    match args.get(i) {
+        None => Ok(default),
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("argument {}: cannot parse '{s}'", i + 1)),
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -15,12 +26,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|s| s.parse())
         .transpose()?
         .unwrap_or(TransportKind::Tcp);
-    let mib: u64 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(1024);
-    let lanes: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(4);
-    let ip = args.get(3).cloned().unwrap_or_else(|| "127.0.0.1".into());
+    let mib: u64 = arg(&args, 1, 1024)?;
+    let lanes: usize = arg(&args, 2, 4)?;
+    let ip: String = arg(&args, 3, "127.0.0.1".to_string())?;
+    let block_kib: usize = arg(&args, 4, 4096)?;
+    let depth: usize = arg(&args, 5, lanes)?;
     let size = mib << 20;
     println!(
-        "{:<44} {:>12} {:>10} {:>8}",
+        "{:<44} {:>12} {:>9} {:>7}",
         "what", "bytes", "GB/s", "ratio"
     );
     let ceiling = if kind == TransportKind::Verbs {
@@ -28,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let c = bench::plain_socket_copy(size)?;
         println!(
-            "{:<44} {:>12} {:>10.3} {:>8}",
+            "{:<44} {:>12} {:>9.3} {:>7}",
             c.name,
             c.bytes,
             c.gbytes_per_sec(),
@@ -37,21 +50,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(c.gbytes_per_sec())
     };
     for op in [BenchOp::Write, BenchOp::Read] {
-        let block = if mib < 64 { 1 << 20 } else { 4 << 20 };
         let r = bench::run(&BenchSpec {
             kind,
             addr: format!("{ip}:0"),
             total_bytes: size,
-            block_size: block,
+            block_size: block_kib << 10,
             lanes,
-            depth: lanes,
+            depth,
             op,
         })?;
         let ratio = ceiling
             .map(|c| format!("{:.2}", r.gbytes_per_sec() / c))
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:<44} {:>12} {:>10.3} {:>8}",
+            "{:<44} {:>12} {:>9.3} {:>7}",
             r.name,
             r.bytes,
             r.gbytes_per_sec(),

@@ -17,9 +17,14 @@
 //! bytes before B's [`Connection::recv`] returns that message.
 //!
 //! **Confinement.** A one-sided operation can only touch memory the peer
-//! registered on that connection; a wrong or stale key, or a range outside
-//! the region, fails on the issuing side (and over TCP is also refused and
-//! logged by the applying side); nothing is written elsewhere.
+//! registered on that connection; nothing is ever written elsewhere. A
+//! range outside the descriptor fails locally ([`Error::OutOfRange`])
+//! before anything is sent. A wrong or stale key, or a forged descriptor:
+//! over TCP the applying side refuses the frame, counts it
+//! ([`ConnectionStats::remote_ops_rejected`]) and the issuer gets
+//! [`Error::RemoteRejected`], the connection stays up; over verbs the
+//! adapter NAKs it, the issuer gets [`Error::Completion`] and the queue
+//! pairs go to error, so both sides see [`Error::Disconnected`].
 //!
 //! ```no_run
 //! use hipfs_rdma::{connect, TransportConfig};

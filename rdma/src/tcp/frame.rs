@@ -3,7 +3,7 @@
 //! Every frame starts with a fixed [`HEADER_LEN`]-byte little-endian header;
 //! `MSG`, `WRITE` and successful `READ_RESP` frames are followed by `len`
 //! payload bytes. Each lane begins with a [`Hello`] from the connecting side
-//! and a [`HelloAck`] from the listener.
+//! and a hello answer (`encode_hello_ack`) from the listener.
 //!
 //! Header layout: `kind u8, version u8, reserved u16 (0), rkey u32,
 //! status u32, reserved u32 (0), op_id u64, addr u64, len u64`.

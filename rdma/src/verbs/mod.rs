@@ -1,7 +1,7 @@
 //! The ibverbs transport, in three layers after cudarc: `rdma-sys` (raw
-//! declarations), [`result`] (status codes to `Result`), [`safe`] (RAII
+//! declarations), `result` (status codes to `Result`), `safe` (RAII
 //! owners whose `Arc`s keep parents alive), then connection management
-//! ([`cm`], `setup`) and the connection itself (`conn`).
+//! (`cm`, `setup`) and the connection itself (`conn`).
 
 mod cm;
 mod conn;
