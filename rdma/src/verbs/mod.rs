@@ -5,6 +5,7 @@
 
 mod cm;
 mod conn;
+mod resources;
 mod result;
 mod safe;
 mod setup;

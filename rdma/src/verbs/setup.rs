@@ -12,7 +12,8 @@ use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
 use rdma_sys::*;
 
 use super::cm::{self, LaneHello, RawAddr};
-use super::conn::{Established, Setup, VerbsConnection};
+use super::conn::{Established, VerbsConnection};
+use super::resources::Setup;
 use super::result::check;
 use super::safe::{CmId, EventChannel};
 use crate::tcp::random_u64;

@@ -1,0 +1,193 @@
+//! The two threads of each lane: the sender (sole writer of the stream)
+//! and the reader (applies WRITE frames straight into registered memory,
+//! completes READ answers, queues control messages; never writes).
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+
+use crossbeam_channel::{select, Receiver};
+
+use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
+use super::super::sock;
+use super::{io_to_disconnect, send_header, Job, Pending, Shared};
+use crate::{Error, Result};
+
+impl Shared {
+    pub(super) fn sender_loop(&self, fd: RawFd, jobs: Receiver<Job>) -> Result<()> {
+        loop {
+            let job = select! {
+                recv(jobs) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
+                recv(self.dead_rx) -> _ => return Ok(()),
+            };
+            match job {
+                Job::Msg(m) => {
+                    let mut h = Header::new(FrameKind::Msg);
+                    h.len = m.len() as u64;
+                    send_header(fd, &h, !m.is_empty())?;
+                    // SAFETY: m is an owned buffer of m.len() bytes.
+                    unsafe { sock::send_all(fd, m.as_ptr(), m.len(), false)? };
+                }
+                Job::Write { hdr, slot, local } => {
+                    let guard = slot.lock();
+                    match guard.and_then(|r| r.sub(local, hdr.len)) {
+                        Some(p) => {
+                            send_header(fd, &hdr, true)?;
+                            // SAFETY: p..p+len lies inside a live registered
+                            // region (checked under the slot lock, held now).
+                            unsafe { sock::send_all(fd, p, hdr.len as usize, false)? };
+                        }
+                        None => {
+                            if let Some(op) = self.complete(hdr.op_id) {
+                                let _ = op.done().try_send(Err(Error::InvalidArgument(
+                                    "local region was deregistered during the write".into(),
+                                )));
+                            }
+                        }
+                    }
+                }
+                Job::Header(h) => send_header(fd, &h, false)?,
+                Job::ReadResp(req) => {
+                    let mut h = Header::new(FrameKind::ReadResp);
+                    h.op_id = req.op_id;
+                    h.rkey = req.rkey;
+                    h.addr = req.addr;
+                    h.len = req.len;
+                    let slot = self.keys.get(req.rkey);
+                    let guard = slot.as_ref().map(|s| s.lock());
+                    let src = match guard.as_ref().map(|g| **g) {
+                        Some(Some(r)) => match r.sub(req.addr, req.len) {
+                            Some(p) => Some(p),
+                            None => {
+                                h.status = Status::OutOfRange;
+                                None
+                            }
+                        },
+                        _ => {
+                            h.status = Status::UnknownKey;
+                            None
+                        }
+                    };
+                    if h.status != Status::Ok {
+                        self.refused("READ", &req, h.status);
+                    }
+                    send_header(fd, &h, src.is_some())?;
+                    if let Some(p) = src {
+                        // SAFETY: inside a live registered region, under its lock.
+                        unsafe { sock::send_all(fd, p, req.len as usize, false)? };
+                    }
+                }
+            }
+        }
+    }
+
+    fn refused(&self, what: &str, h: &Header, st: Status) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        log::warn!(
+            "tcp peer {}: refused remote {what} rkey={:#x} addr={:#x} len={}: {st:?}",
+            self.peer,
+            h.rkey,
+            h.addr,
+            h.len
+        );
+    }
+
+    /// Runs until the stream fails; returns why.
+    pub(super) fn reader_loop(&self, lane: usize, fd: RawFd) -> Error {
+        loop {
+            if let Err(e) = self.read_frame(lane, fd) {
+                return e;
+            }
+        }
+    }
+
+    fn read_frame(&self, lane: usize, fd: RawFd) -> Result<()> {
+        let raw = sock::recv_array::<HEADER_LEN>(fd).map_err(io_to_disconnect)?;
+        let h = Header::decode(&raw, self.max_message)?;
+        match h.kind {
+            FrameKind::Msg => {
+                let mut m = vec![0u8; h.len as usize];
+                // SAFETY: m has h.len writable bytes.
+                unsafe { sock::recv_exact(fd, m.as_mut_ptr(), m.len()) }
+                    .map_err(io_to_disconnect)?;
+                let _ = self.msg_tx.send(m);
+            }
+            FrameKind::Write => {
+                let slot = self.keys.get(h.rkey);
+                let guard = slot.as_ref().map(|s| s.lock());
+                let status = match guard.as_ref().map(|g| **g) {
+                    Some(Some(r)) => match r.sub(h.addr, h.len) {
+                        Some(p) => {
+                            // SAFETY: p..p+len is inside a live region the
+                            // application registered, under its lock.
+                            unsafe { sock::recv_exact(fd, p, h.len as usize) }
+                                .map_err(io_to_disconnect)?;
+                            Status::Ok
+                        }
+                        None => Status::OutOfRange,
+                    },
+                    _ => Status::UnknownKey,
+                };
+                drop(guard);
+                if status != Status::Ok {
+                    self.refused("WRITE", &h, status);
+                    sock::discard(fd, h.len).map_err(io_to_disconnect)?;
+                }
+                let mut ack = Header::new(FrameKind::WriteAck);
+                ack.op_id = h.op_id;
+                ack.rkey = h.rkey;
+                ack.addr = h.addr;
+                ack.status = status;
+                self.enqueue(lane, Job::Header(ack))?;
+            }
+            FrameKind::ReadReq => self.enqueue(lane, Job::ReadResp(h))?,
+            FrameKind::WriteAck => {
+                if let Some(op) = self.complete(h.op_id) {
+                    let _ = op
+                        .done()
+                        .try_send(h.status.into_result(h.rkey, h.addr, h.len));
+                }
+            }
+            FrameKind::ReadResp => match self.complete(h.op_id) {
+                Some(Pending::Read {
+                    done,
+                    slot,
+                    local,
+                    len,
+                }) => {
+                    let r = if h.status != Status::Ok {
+                        h.status.into_result(h.rkey, h.addr, h.len)
+                    } else if h.len != len {
+                        return Err(Error::Protocol(format!(
+                            "READ answer of {} bytes for a request of {len}",
+                            h.len
+                        )));
+                    } else {
+                        let guard = slot.lock();
+                        match guard.and_then(|r| r.sub(local, len)) {
+                            Some(p) => {
+                                // SAFETY: inside the live local region, under its lock.
+                                unsafe { sock::recv_exact(fd, p, len as usize) }
+                                    .map_err(io_to_disconnect)?;
+                                Ok(())
+                            }
+                            None => {
+                                drop(guard);
+                                sock::discard(fd, len).map_err(io_to_disconnect)?;
+                                Err(Error::InvalidArgument(
+                                    "local region was deregistered during the read".into(),
+                                ))
+                            }
+                        }
+                    };
+                    let _ = done.try_send(r);
+                }
+                Some(Pending::Write { .. }) => {
+                    return Err(Error::Protocol("READ answer for a write".into()))
+                }
+                // The caller gave up (timeout): drop the bytes.
+                None => sock::discard(fd, h.payload_len()).map_err(io_to_disconnect)?,
+            },
+        }
+        Ok(())
+    }
+}
