@@ -1,6 +1,7 @@
 /* Handle and buffer registration errors, and read/write round trips at
  * awkward offsets with host memory, checked against pread/pwrite. */
 #include "check.h"
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -193,6 +194,51 @@ static void round_trips(const char *dir, int extra_flags, const char *name) {
     printf("io: %s round trips ok\n", name);
 }
 
+/* Several threads reading different ranges through one handle at once. */
+struct reader {
+    hipFileHandle_t fh;
+    int fd;
+    unsigned idx;
+    int ok;
+};
+
+static void *reader_main(void *arg) {
+    struct reader *r = arg;
+    size_t size = 200000 + r->idx * 1111;
+    unsigned char *got = malloc(size), *want = malloc(size);
+    r->ok = got && want;
+    for (unsigned round = 0; r->ok && round < 20; round++) {
+        off_t off = (off_t)((r->idx * 7919 + round * 104729) % (FILE_SIZE - size));
+        ssize_t n = hipFileRead(r->fh, got, size, off, 0);
+        r->ok = n == (ssize_t)size && pread(r->fd, want, size, off) == (ssize_t)size &&
+                memcmp(got, want, size) == 0;
+    }
+    free(got);
+    free(want);
+    return NULL;
+}
+
+static void concurrent_reads(const char *dir) {
+    const char *path = make_file(dir, "threads.dat", FILE_SIZE, 4);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    hipFileHandle_t fh = NULL;
+    CHECK_OK(register_fd(&fh, fd));
+    pthread_t t[6];
+    struct reader r[6];
+    for (unsigned i = 0; i < 6; i++) {
+        r[i] = (struct reader){fh, fd, i, 0};
+        CHECK(pthread_create(&t[i], NULL, reader_main, &r[i]) == 0);
+    }
+    for (unsigned i = 0; i < 6; i++) {
+        CHECK(pthread_join(t[i], NULL) == 0);
+        CHECK(r[i].ok);
+    }
+    hipFileHandleDeregister(fh);
+    close(fd);
+    puts("io: 6 threads x 20 concurrent reads ok");
+}
+
 int main(int argc, char **argv) {
     const char *dir = test_dir(argc, argv);
     before_open();
@@ -202,6 +248,7 @@ int main(int argc, char **argv) {
     CHECK_OK(hipFileDriverOpen());
     round_trips(dir, 0, "buffered.dat");
     round_trips(dir, O_DIRECT, "direct.dat");
+    concurrent_reads(dir);
     CHECK_OK(hipFileDriverClose());
     puts("io: ok");
     return 0;
