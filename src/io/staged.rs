@@ -99,6 +99,23 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
     Ok(total)
 }
 
+/// Makes the bounce lanes that reads into a buffer on `device` will use,
+/// so the first read does not pay for pinning memory and making streams.
+/// Meant for `Buffer::register` of device memory; a no-op without a GPU or
+/// with the driver closed.
+pub fn prepare(device: i32) -> Result<()> {
+    let rt = gpu::runtime();
+    if rt.device_count() == 0 {
+        return Ok(());
+    }
+    let Some(config) = crate::driver::active_config() else {
+        return Ok(());
+    };
+    let plan = Plan::new(&config, 4096);
+    drop(bounce_pool::acquire(rt, device.max(0), &plan)?);
+    Ok(())
+}
+
 /// What every worker of one request shares.
 struct Job<'a> {
     rt: &'static dyn GpuRuntime,
@@ -265,7 +282,7 @@ unsafe fn read_chunk(pf: &PosixFile, dst: *mut u8, len: usize, off: u64) -> Resu
 
 /// Pages of `[off, off+len)` in the page cache, or `None` where the kernel
 /// lacks `cachestat(2)` (before Linux 6.5).
-fn cached_pages(fd: i32, off: u64, len: usize) -> Option<u64> {
+pub(crate) fn cached_pages(fd: i32, off: u64, len: usize) -> Option<u64> {
     static MISSING: AtomicBool = AtomicBool::new(false);
     if MISSING.load(Ordering::Relaxed) {
         return None;
