@@ -17,8 +17,14 @@
 //!   alive even if the handle is deregistered before the stream gets there.
 //!
 //! On the `host` runtime, streams are emulated by one FIFO thread per
-//! stream value, so any value works as a stream; on CUDA/HIP it must be a
-//! real stream of that runtime.
+//! stream value, so any value works as a stream. On CUDA it must be a real
+//! stream: a host function hands the I/O to a worker thread and the stream
+//! then waits on the device for a completion word the worker sets
+//! (`cuStreamWaitValue32`), so no host function holds the stream while the
+//! I/O makes GPU calls. Runtimes without that wait (HIP for now) hold the
+//! stream in the host function while a helper thread does the I/O.
+//! Known hazard (GPU): a device-wide synchronisation in another thread
+//! (e.g. `cudaFree`) while an async operation is pending was seen to hang.
 
 use crate::batch::error_value;
 use crate::buffer::Buffer;
@@ -26,7 +32,7 @@ use crate::error::{Error, OpError, Result};
 use crate::handle::{FileHandle, RegisteredFile};
 use crate::io::Dir;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// `HIPFILE_STREAM_FIXED_BUF_OFFSET`: the buffer offset is read at enqueue time.
@@ -55,6 +61,9 @@ pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
             OpError::InvalidValue,
             format!("stream flags {flags:#x} are outside {STREAM_FLAGS_MASK:#x}"),
         ));
+    }
+    if crate::gpu::runtime().name() != "host" {
+        Completions::ensure_word(stream)?;
     }
     streams().insert(stream, flags);
     Ok(())
@@ -236,13 +245,11 @@ impl<S: ArgSlots> StreamOp<S> {
         }
     }
 
-    fn run(self) {
-        // A CUDA/HIP host function must not call the GPU runtime itself (it
-        // may deadlock or fail), and the bounce path into device memory does.
-        // So on a GPU runtime the I/O runs on a helper thread while the host
-        // function holds the stream until it is done; the helper's copies use
-        // their own non-blocking streams. The host runtime's emulated stream
-        // is an ordinary thread and runs the I/O itself.
+    /// Runs on the stream's own thread (host runtime) or holds the stream's
+    /// host function while a helper thread does the I/O (GPU runtime
+    /// without stream waits): a host function must not call the GPU runtime
+    /// itself, and the bounce path into device memory does.
+    fn run_holding_stream(self) {
         let v = if crate::gpu::runtime().name() == "host" {
             self.outcome()
         } else {
@@ -251,17 +258,168 @@ impl<S: ArgSlots> StreamOp<S> {
                     .name("hipfs-async-io".into())
                     .spawn_scoped(scope, || self.outcome())
                 {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or(-(OpError::InternalError.code() as isize)),
+                    Ok(h) => h.join().unwrap_or(INTERNAL),
                     Err(e) => {
                         log::warn!("async I/O: cannot start a helper thread: {e}");
-                        -(OpError::InternalError.code() as isize)
+                        INTERNAL
                     }
                 }
             })
         };
         self.slots.finish(v);
+    }
+}
+
+const INTERNAL: isize = -(OpError::InternalError as isize);
+
+/// Completion words for GPU streams: the stream waits on the device for
+/// its word to reach an operation's ticket, and a worker thread stores the
+/// ticket when the I/O is done. So no host function holds the stream while
+/// the I/O makes its own GPU calls (a held host function deadlocked against
+/// the implicit synchronisation of `cuMemFree` in a concurrent thread).
+#[derive(Default)]
+struct Completions {
+    /// Whether the runtime can wait on a word; `None` until first asked.
+    supported: Option<bool>,
+    /// Pinned pages of words, never freed (freeing pinned memory
+    /// synchronises the device); one word per stream ever used.
+    page: usize,
+    used_in_page: usize,
+    /// Each stream's word and the last ticket handed out on it.
+    by_stream: HashMap<usize, (usize, u32)>,
+}
+
+const WORDS_PER_PAGE: usize = 1024;
+
+static COMPLETIONS: LazyLock<Mutex<Completions>> = LazyLock::new(Default::default);
+
+impl Completions {
+    fn lock() -> MutexGuard<'static, Completions> {
+        COMPLETIONS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives `stream` its word. Called at registration, never while an
+    /// operation is being enqueued, and the pinned allocation happens
+    /// outside the lock: allocating pinned memory can wait for the device,
+    /// which may be waiting for a host function of another stream.
+    fn ensure_word(stream: usize) -> Result<()> {
+        if Completions::lock().by_stream.contains_key(&stream) {
+            return Ok(());
+        }
+        let need_page = {
+            let c = Completions::lock();
+            c.page == 0 || c.used_in_page == WORDS_PER_PAGE
+        };
+        let fresh = if need_page {
+            let page = crate::gpu::runtime().alloc_pinned(WORDS_PER_PAGE * 4)?;
+            // SAFETY: a fresh allocation of WORDS_PER_PAGE * 4 bytes.
+            unsafe { std::ptr::write_bytes(page as *mut u8, 0, WORDS_PER_PAGE * 4) };
+            Some(page)
+        } else {
+            None
+        };
+        let mut c = Completions::lock();
+        if c.by_stream.contains_key(&stream) {
+            return Ok(());
+        }
+        if c.page == 0 || c.used_in_page == WORDS_PER_PAGE {
+            match fresh {
+                Some(page) => {
+                    c.page = page;
+                    c.used_in_page = 0;
+                }
+                // Another registration took the last word meanwhile: retry.
+                None => {
+                    drop(c);
+                    return Completions::ensure_word(stream);
+                }
+            }
+        }
+        let w = (c.page + 4 * c.used_in_page, 0);
+        c.used_in_page += 1;
+        c.by_stream.insert(stream, w);
+        Ok(())
+    }
+}
+
+/// Enqueues `op` on a GPU stream: a host function that only hands the I/O
+/// to a worker thread, then a device-side wait for the worker's ticket.
+/// Falls back to holding the stream when the runtime cannot wait on a word.
+fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
+    let rt = crate::gpu::runtime();
+    // Held across both enqueues so tickets on one stream are enqueued in order.
+    let mut c = Completions::lock();
+    let word = c.by_stream.get(&stream).copied();
+    let (word, last) = match word {
+        Some(w) if c.supported != Some(false) => w,
+        _ => {
+            drop(c);
+            return rt.launch_host_func(stream, Box::new(move || op.run_holding_stream()));
+        }
+    };
+    if c.supported.is_none() {
+        // Probe with a wait that already holds (the word is at `last`).
+        let ok = rt.stream_wait_value32(stream, word, last)?;
+        c.supported = Some(ok);
+        if !ok {
+            log::info!(
+                "async I/O: {} cannot wait on memory; host functions hold the stream",
+                rt.name()
+            );
+            drop(c);
+            return rt.launch_host_func(stream, Box::new(move || op.run_holding_stream()));
+        }
+    }
+    let ticket = last.wrapping_add(1);
+    // SAFETY: the word is 4-byte aligned pinned memory that is never freed,
+    // and only ever accessed atomically (by us) or read by the device.
+    let done: &'static AtomicU32 = unsafe { AtomicU32::from_ptr(word as *mut u32) };
+    let job = Arc::new(Mutex::new(Some(op)));
+    let start = {
+        let job = Arc::clone(&job);
+        move || start_worker(job, done, ticket)
+    };
+    rt.launch_host_func(stream, Box::new(start))?;
+    // From here the worker will store `ticket`, so it is spent either way.
+    if let Some(w) = c.by_stream.get_mut(&stream) {
+        w.1 = ticket;
+    }
+    match rt.stream_wait_value32(stream, word, ticket) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::new(
+            OpError::InternalError,
+            "the stream wait vanished: the I/O runs but later work is not ordered after it",
+        )),
+        Err(e) => {
+            Err(e.with_context("the I/O runs but later work on the stream is not ordered after it"))
+        }
+    }
+}
+
+/// The host function: starts the worker and returns at once (no GPU calls).
+fn start_worker<S: ArgSlots>(
+    job: Arc<Mutex<Option<StreamOp<S>>>>,
+    done: &'static AtomicU32,
+    ticket: u32,
+) {
+    let take =
+        |job: &Mutex<Option<StreamOp<S>>>| job.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let worker = Arc::clone(&job);
+    let spawned = std::thread::Builder::new()
+        .name("hipfs-async-io".into())
+        .spawn(move || {
+            if let Some(op) = take(&worker) {
+                let v = op.outcome();
+                op.slots.finish(v);
+            }
+            done.store(ticket, Ordering::Release);
+        });
+    if let Err(e) = spawned {
+        log::warn!("async I/O: cannot start a worker thread: {e}");
+        if let Some(op) = take(&job) {
+            op.slots.finish(INTERNAL);
+        }
+        done.store(ticket, Ordering::Release);
     }
 }
 
@@ -301,7 +459,11 @@ fn enqueue<S: ArgSlots>(
         buffer_offset,
         slots,
     };
-    crate::gpu::runtime().launch_host_func(stream, Box::new(move || op.run()))
+    if crate::gpu::runtime().name() == "host" {
+        crate::gpu::runtime().launch_host_func(stream, Box::new(move || op.run_holding_stream()))
+    } else {
+        enqueue_gpu(stream, op)
+    }
 }
 
 /// Enqueues a read into `base + *buffer_offset_p` of `*size_p` bytes at

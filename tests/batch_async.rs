@@ -139,12 +139,27 @@ impl Gate {
             entered: AtomicUsize::new(0),
         })
     }
+    /// Waits for the gate; gives up after 30 s so a broken test fails
+    /// instead of hanging.
     fn pass(&self) {
         self.entered.fetch_add(1, Ordering::SeqCst);
-        let mut open = self.open.lock().unwrap();
-        while !*open {
-            open = self.cv.wait(open).unwrap();
+        let open = self.open.lock().unwrap();
+        let _ = self
+            .cv
+            .wait_timeout_while(open, Duration::from_secs(30), |o| !*o)
+            .unwrap();
+    }
+    /// Opens the gate when the guard drops: declared after the batch, it
+    /// runs before the batch's drop waits for the operations at the gate,
+    /// so a failing assertion unwinds instead of hanging.
+    fn open_on_drop(self: &Arc<Gate>) -> impl Drop {
+        struct OpenOnDrop(Arc<Gate>);
+        impl Drop for OpenOnDrop {
+            fn drop(&mut self) {
+                self.0.release();
+            }
         }
+        OpenOnDrop(Arc::clone(self))
     }
     fn release(&self) {
         *self.open.lock().unwrap() = true;
@@ -356,6 +371,7 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
     let h = GatedHandle::new(&gate, 0x5A);
     let mut mem = vec![0u8; 4 * 4096];
     let batch = BatchIo::setup(4).unwrap();
+    let _open_at_exit = gate.open_on_drop();
     let ops: Vec<IoParams> = (0..5)
         .map(|i| h.read(&mut mem[i * 4096..], 1024, i))
         .collect();
@@ -431,7 +447,8 @@ fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
             )
         })
         .collect();
-    let cases: [(usize, fn(&mut IoParams), OpError); 5] = [
+    type Spoil = fn(&mut IoParams);
+    let cases: [(usize, Spoil, OpError); 5] = [
         (0, |p| p.file_offset = -1, OpError::InvalidValue),
         (3, |p| p.buf_offset = -4096, OpError::InvalidValue),
         (7, |p| p.buf_base = 0, OpError::InvalidValue),
@@ -500,16 +517,21 @@ fn a_failing_operation_is_reported_in_its_own_event_as_minus_errno() {
 #[test]
 fn get_status_returns_fewer_than_min_nr_once_the_timeout_passes() {
     setup();
-    let gate = Gate::new();
-    let h = GatedHandle::new(&gate, 0x11);
-    let (_d, path) = file_with("batch-timeout", &pattern(4096, 5));
-    let fh = open(&path, libc::O_RDONLY);
+    let (gate_a, gate_b) = (Gate::new(), Gate::new());
+    let ha = GatedHandle::new(&gate_a, 0x11);
+    let hb = GatedHandle::new(&gate_b, 0x22);
     let mut mem = vec![0u8; 8192];
     let (a, b) = mem.split_at_mut(4096);
     let batch = BatchIo::setup(2).unwrap();
-    let ops = [h.read(a, 4096, 1), op(&fh, Opcode::Read, b, 0, 0, 4096, 2)];
+    let _open_a = gate_a.open_on_drop();
+    let _open_b = gate_b.open_on_drop();
+    let ops = [ha.read(a, 4096, 1), hb.read(b, 4096, 2)];
     // SAFETY: mem outlives the batch (dropped, so waited for, first).
     unsafe { batch.submit(&ops, 0) }.unwrap();
+    // Both are running, each held at its own gate; only the second may finish.
+    gate_a.wait_entered(1);
+    gate_b.wait_entered(1);
+    gate_b.release();
     let t0 = Instant::now();
     let ev = batch
         .get_status(2, 2, Some(Duration::from_millis(200)))
@@ -520,7 +542,7 @@ fn get_status_returns_fewer_than_min_nr_once_the_timeout_passes() {
         "returned after {waited:?}"
     );
     assert!(waited < Duration::from_secs(5), "returned after {waited:?}");
-    assert_eq!(ev.len(), 1, "only the plain file read can finish: {ev:?}");
+    assert_eq!(ev.len(), 1, "only the second read can finish: {ev:?}");
     assert_eq!(
         (ev[0].cookie, ev[0].status, ev[0].ret),
         (2, Status::Complete, 4096)
@@ -530,13 +552,14 @@ fn get_status_returns_fewer_than_min_nr_once_the_timeout_passes() {
         .get_status(1, 2, Some(Duration::ZERO))
         .unwrap()
         .is_empty());
-    gate.release();
+    gate_a.release();
     let ev = batch.get_status(1, 2, None).unwrap();
     assert_eq!(
         (ev[0].cookie, ev[0].status, ev[0].ret),
         (1, Status::Complete, 4096)
     );
     assert!(mem[..4096].iter().all(|x| *x == 0x11));
+    assert!(mem[4096..].iter().all(|x| *x == 0x22));
     // Asking for more than the batch can still produce does not hang.
     assert!(batch.get_status(2, 2, None).unwrap().is_empty());
 }
@@ -549,6 +572,7 @@ fn cancel_stops_queued_operations_and_waits_for_running_ones() {
     const N: usize = 64;
     let mut mem = vec![0u8; N * 512];
     let batch = Arc::new(BatchIo::setup(N as u32).unwrap());
+    let _open_at_exit = gate.open_on_drop();
     let ops: Vec<IoParams> = (0..N)
         .map(|i| h.read(&mut mem[i * 512..], 512, 500 + i))
         .collect();
