@@ -93,6 +93,13 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
     let span = spec.block_size * spec.depth;
     let server_buf = PageBuffer::new(span)?;
     let client_buf = PageBuffer::new(span)?;
+    // Touch every page: untouched zeroed memory maps the one shared zero
+    // page, which would make the sender's reads look cheaper than the
+    // plain-socket ceiling's.
+    for b in [&server_buf, &client_buf] {
+        // SAFETY: the buffer owns `span` writable bytes and nothing else uses it yet.
+        unsafe { std::ptr::write_bytes(b.ptr(), 0x5a, span) };
+    }
     let (server, client) = std::thread::scope(|s| {
         let acc = s.spawn(|| listener.accept());
         let client = crate::connect(&addr, &cfg);

@@ -162,3 +162,28 @@ fn a_frozen_peer_process_makes_pending_operations_time_out_at_the_deadline() {
         assert!(after < deadline + Duration::from_secs(2), "took {after:?}");
     }
 }
+
+#[test]
+fn garbage_from_a_stranger_does_not_stop_the_listener() {
+    use std::io::Write as _;
+    let cfg = TransportConfig {
+        kind: TransportKind::Tcp,
+        op_timeout: Duration::from_secs(3),
+        ..TransportConfig::default()
+    };
+    let l = hipfs_rdma::listen("127.0.0.1:0", &cfg).unwrap();
+    let addr = l.local_addr();
+    // Not a hello, a hello cut short, and a silent stranger.
+    let mut junk = std::net::TcpStream::connect(&addr).unwrap();
+    junk.write_all(&[0xffu8; 64]).unwrap();
+    let mut short = std::net::TcpStream::connect(&addr).unwrap();
+    short.write_all(b"HIPFSTCP").unwrap();
+    let _silent = std::net::TcpStream::connect(&addr).unwrap();
+    std::thread::scope(|s| {
+        let a = s.spawn(|| l.accept().unwrap());
+        let c = connect(&addr, &cfg).unwrap();
+        let srv = a.join().unwrap();
+        c.send(b"still fine").unwrap();
+        assert_eq!(srv.recv(Duration::from_secs(5)).unwrap(), b"still fine");
+    });
+}

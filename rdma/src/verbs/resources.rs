@@ -54,12 +54,14 @@ impl Slots {
 }
 
 /// Resources of one connection, created with its first lane.
+/// Field order is drop order (when set-up fails half-way): the CQ before
+/// its completion channel, the rings before the PD.
 pub(super) struct Setup {
-    pub pd: Arc<ProtectionDomain>,
-    pub cc: CompChannel,
     pub cq: CompletionQueue,
+    pub cc: CompChannel,
     pub recv: Slots,
     pub send: Slots,
+    pub pd: Arc<ProtectionDomain>,
     pub rd_atomic: u8,
     pub credits: u32,
     pub max_message: usize,

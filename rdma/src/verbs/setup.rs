@@ -127,9 +127,11 @@ pub struct VerbsListener {
     ready: Receiver<Result<VerbsConnection>>,
 }
 
+/// A connection whose lanes are still arriving. Field order is drop
+/// order: the lanes' QPs go before the CQ in `setup`.
 struct Group {
-    setup: Setup,
     ids: Vec<Option<CmId>>,
+    setup: Setup,
     established: Vec<bool>,
     peer: Option<LaneHello>,
     started: Instant,
