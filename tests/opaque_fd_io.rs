@@ -134,10 +134,20 @@ fn large_aligned_reads_take_the_direct_path_when_the_page_cache_is_cold() {
         (8 << 20) as u64,
         "every byte counted once"
     );
-    assert!(
-        direct > 0,
-        "some bytes went O_DIRECT (direct {direct}, buffered {buffered})"
+    assert_eq!(
+        direct,
+        (8 << 20) as u64,
+        "a cold aligned read is all O_DIRECT (buffered {buffered})"
     );
+    // And it did not drag the file into the page cache on the way (a
+    // RWF_NOWAIT probe of cold pages would start readahead of them).
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    if let Some(cached) = hipfs::io::posix::cached_pages(fd, 0, 8 << 20) {
+        assert!(
+            cached < 256,
+            "{cached} of 2048 pages were pulled into the page cache"
+        );
+    }
 }
 
 #[test]

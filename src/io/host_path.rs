@@ -2,7 +2,7 @@
 //! cache (`preadv2(RWF_NOWAIT)`), the rest goes O_DIRECT for the aligned
 //! middle and buffered for the unaligned edges, split across workers.
 
-use super::posix::{pread_full, pread_once, pwrite_full, AlignedBuf, PosixFile, Rw};
+use super::posix::{cached_pages, pread_full, pread_once, pwrite_full, AlignedBuf, PosixFile, Rw};
 use super::{run_chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -90,7 +90,11 @@ pub(crate) unsafe fn read_range(
         return Ok(n);
     };
     let mut done = 0usize;
-    if pf.nowait_ok.load(Ordering::Relaxed) {
+    // Probing an uncached range with RWF_NOWAIT starts buffered readahead of
+    // the very bytes O_DIRECT then reads again (a cold read would hit the
+    // disk twice), so ask cachestat(2) first: it starts no I/O.
+    let cold = cached_pages(buffered, off, len) == Some(0);
+    if !cold && pf.nowait_ok.load(Ordering::Relaxed) {
         // Pages already in the page cache: one copy, no device I/O.
         while done < len {
             // SAFETY: dst+done..dst+len is inside the caller's range.

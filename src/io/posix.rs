@@ -367,3 +367,51 @@ impl Drop for AlignedBuf {
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
     }
 }
+
+/// Pages of `[off, off+len)` in the page cache, or `None` where the kernel
+/// lacks `cachestat(2)` (before Linux 6.5).
+pub fn cached_pages(fd: i32, off: u64, len: usize) -> Option<u64> {
+    static MISSING: AtomicBool = AtomicBool::new(false);
+    if MISSING.load(Ordering::Relaxed) {
+        return None;
+    }
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    // cachestat's number on x86_64 and aarch64 (the libc crate lacks it there).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let range = Range {
+        off,
+        len: len as u64,
+    };
+    let mut stat = Stat::default();
+    // SAFETY: cachestat reads `range` and writes `stat`, both ours and of
+    // the kernel's layout; flags must be 0.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd,
+            &range as *const Range,
+            &mut stat as *mut Stat,
+            0u32,
+        )
+    };
+    if r != 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            MISSING.store(true, Ordering::Relaxed);
+        }
+        return None;
+    }
+    Some(stat.nr_cache)
+}

@@ -12,7 +12,7 @@
 
 use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, with_bounce, write_range};
-use super::posix::{pread_full, PosixFile, MAX_RW_COUNT};
+use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{workers, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
@@ -167,7 +167,7 @@ impl Job<'_> {
             let t = Instant::now();
             // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
             // done with it (its event completed just above).
-            let r = unsafe { read_chunk(self.pf, slot.buf.ptr(), len, off) };
+            let r = unsafe { read_range(self.pf, slot.buf.ptr(), len, off) };
             prof.file_ns += ns(t);
             if let Ok(got) = r {
                 if got > 0 {
@@ -242,90 +242,6 @@ impl Job<'_> {
         bounce_pool::add_profile(&prof);
         Ok(())
     }
-}
-
-/// Reads one chunk into a slab. A chunk with none of its pages in the page
-/// cache goes straight to O_DIRECT: probing it with `preadv2(RWF_NOWAIT)`
-/// first (as `read_range` does) would start buffered readahead of the very
-/// bytes O_DIRECT then reads again, which costs a cold read a quarter of
-/// the disk's bandwidth. `cachestat(2)` asks without starting any I/O.
-///
-/// # Safety
-/// `dst` must be valid for `len` writable bytes and aligned for O_DIRECT.
-unsafe fn read_chunk(pf: &PosixFile, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
-    let align = pf.offset_align as u64;
-    if let Some(direct) = pf.direct_fd() {
-        let aligned = off.is_multiple_of(align) && (len as u64).is_multiple_of(align);
-        if aligned
-            && cached_pages(std::os::fd::AsRawFd::as_raw_fd(&pf.buffered), off, len) == Some(0)
-        {
-            // SAFETY: forwarded caller guarantees; dst is slab memory (page-aligned).
-            match unsafe { pread_full(direct, dst, len, off) } {
-                Ok(n) => {
-                    stats::record_read(IoPath::Direct, n);
-                    return Ok(n);
-                }
-                // The kernel refused O_DIRECT here: read_range falls back and says so.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-                Err(e) => {
-                    return Err(Error::system(
-                        e.raw_os_error().unwrap_or(libc::EIO),
-                        "O_DIRECT pread",
-                    ))
-                }
-            }
-        }
-    }
-    // SAFETY: forwarded caller guarantees.
-    unsafe { read_range(pf, dst, len, off) }
-}
-
-/// Pages of `[off, off+len)` in the page cache, or `None` where the kernel
-/// lacks `cachestat(2)` (before Linux 6.5).
-pub(crate) fn cached_pages(fd: i32, off: u64, len: usize) -> Option<u64> {
-    static MISSING: AtomicBool = AtomicBool::new(false);
-    if MISSING.load(Ordering::Relaxed) {
-        return None;
-    }
-    #[repr(C)]
-    struct Range {
-        off: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct Stat {
-        nr_cache: u64,
-        nr_dirty: u64,
-        nr_writeback: u64,
-        nr_evicted: u64,
-        nr_recently_evicted: u64,
-    }
-    // cachestat's number on x86_64 and aarch64 (the libc crate lacks it there).
-    const SYS_CACHESTAT: libc::c_long = 451;
-    let range = Range {
-        off,
-        len: len as u64,
-    };
-    let mut stat = Stat::default();
-    // SAFETY: cachestat reads `range` and writes `stat`, both ours and of
-    // the kernel's layout; flags must be 0.
-    let r = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            fd,
-            &range as *const Range,
-            &mut stat as *mut Stat,
-            0u32,
-        )
-    };
-    if r != 0 {
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-            MISSING.store(true, Ordering::Relaxed);
-        }
-        return None;
-    }
-    Some(stat.nr_cache)
 }
 
 /// The runtime's peer-to-peer file path, for requests it can take whole:
