@@ -78,6 +78,13 @@ pub fn buf_register(base: usize, len: usize, flags: i32) -> Result<Arc<Registere
         s.buffers.insert(base, Arc::clone(&reg));
         Ok(reg)
     })?;
+    if reg.info.kind == gpu::MemoryKind::Device {
+        // Set up the pinned bounce lanes now so the first read does not pay
+        // for them; failing here only means the first read sets them up.
+        if let Err(e) = crate::io::staged::prepare(reg.info.device) {
+            log::info!("bounce lanes for device {}: {e}", reg.info.device);
+        }
+    }
     if flags & RDMA_REGISTER != 0 {
         crate::rdma_hooks::on_rdma_register(&reg);
     }
