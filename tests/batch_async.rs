@@ -23,8 +23,14 @@ use std::time::{Duration, Instant};
 /// host runtime is forced, whose emulated streams are plain numbers; with it
 /// (on the GPU machine) the real runtime runs everything, streams included,
 /// and the device-memory tests run too.
-fn setup() {
+///
+/// On a GPU the returned guard serialises the tests: like NCCL's, pending
+/// stream-ordered I/O must not meet a device-wide synchronisation (the
+/// `cuMemFree` of another test) while its worker makes GPU calls, and some
+/// tests deliberately hold a stream with a host function.
+fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     static ONCE: Once = Once::new();
+    static GPU_SERIAL: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
         let gpu = std::env::var_os("HIPFS_TEST_GPU").is_some_and(|v| v == "1");
         if !gpu {
@@ -42,6 +48,8 @@ fn setup() {
             assert_eq!(rt.name(), "host");
         }
     });
+    (hipfs::gpu::runtime().name() != "host")
+        .then(|| GPU_SERIAL.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// A stream for one test: a number on the host runtime, a real
@@ -255,7 +263,7 @@ fn cookies(events: &[IoEvent]) -> HashSet<usize> {
 
 #[test]
 fn batch_reads_land_at_their_offsets_and_return_their_cookies() {
-    setup();
+    let _serial = setup();
     let data = pattern(1 << 20, 1);
     let (_d, path) = file_with("batch-read", &data);
     let fh = open(&path, libc::O_RDONLY);
@@ -307,7 +315,7 @@ fn batch_reads_land_at_their_offsets_and_return_their_cookies() {
 
 #[test]
 fn batch_writes_reach_the_file_and_a_read_past_the_end_is_short() {
-    setup();
+    let _serial = setup();
     let (_d, path) = file_with("batch-write", &vec![0u8; 256 * 1024]);
     let fh = open(&path, libc::O_RDWR);
     let mut src = pattern(256 * 1024, 2);
@@ -366,7 +374,7 @@ fn batch_writes_reach_the_file_and_a_read_past_the_end_is_short() {
 
 #[test]
 fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
-    setup();
+    let _serial = setup();
     let gate = Gate::new();
     let h = GatedHandle::new(&gate, 0x5A);
     let mut mem = vec![0u8; 4 * 4096];
@@ -404,7 +412,7 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
 
 #[test]
 fn batch_sizes_outside_1_to_128_are_invalid() {
-    setup();
+    let _serial = setup();
     assert_eq!(BatchIo::setup(0).unwrap_err().op(), OpError::InvalidValue);
     assert_eq!(BatchIo::setup(129).unwrap_err().op(), OpError::InvalidValue);
     let b = BatchIo::setup(128).unwrap();
@@ -428,7 +436,7 @@ fn batch_sizes_outside_1_to_128_are_invalid() {
 
 #[test]
 fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
-    setup();
+    let _serial = setup();
     let data = pattern(64 * 1024, 3);
     let (_d, path) = file_with("batch-all-or-nothing", &data);
     let fh = open(&path, libc::O_RDONLY);
@@ -482,7 +490,7 @@ fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
 
 #[test]
 fn a_failing_operation_is_reported_in_its_own_event_as_minus_errno() {
-    setup();
+    let _serial = setup();
     let data = pattern(16 * 1024, 4);
     let (_d, path) = file_with("batch-fail", &data);
     let wo = open(&path, libc::O_WRONLY);
@@ -516,7 +524,7 @@ fn a_failing_operation_is_reported_in_its_own_event_as_minus_errno() {
 
 #[test]
 fn get_status_returns_fewer_than_min_nr_once_the_timeout_passes() {
-    setup();
+    let _serial = setup();
     let (gate_a, gate_b) = (Gate::new(), Gate::new());
     let ha = GatedHandle::new(&gate_a, 0x11);
     let hb = GatedHandle::new(&gate_b, 0x22);
@@ -566,7 +574,7 @@ fn get_status_returns_fewer_than_min_nr_once_the_timeout_passes() {
 
 #[test]
 fn cancel_stops_queued_operations_and_waits_for_running_ones() {
-    setup();
+    let _serial = setup();
     let gate = Gate::new();
     let h = GatedHandle::new(&gate, 0x77);
     const N: usize = 64;
@@ -631,7 +639,7 @@ fn cancel_stops_queued_operations_and_waits_for_running_ones() {
 
 #[test]
 fn the_c_style_id_functions_drive_the_same_batches() {
-    setup();
+    let _serial = setup();
     use hipfs::batch::{batch_cancel, batch_destroy, batch_get_status, batch_setup, batch_submit};
     let data = pattern(8192, 6);
     let (_d, path) = file_with("batch-ids", &data);
@@ -676,7 +684,7 @@ fn sync(stream: usize) {
 
 #[test]
 fn a_write_then_a_read_on_one_stream_sees_the_write() {
-    setup();
+    let _serial = setup();
     let stream_s = TestStream::new(0xA5_0001);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
@@ -733,7 +741,7 @@ fn a_write_then_a_read_on_one_stream_sees_the_write() {
 
 #[test]
 fn size_and_offsets_are_read_when_the_stream_reaches_the_operation() {
-    setup();
+    let _serial = setup();
     let stream_s = TestStream::new(0xA5_0002);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
@@ -781,7 +789,7 @@ fn size_and_offsets_are_read_when_the_stream_reaches_the_operation() {
 
 #[test]
 fn fixed_flags_capture_their_values_at_enqueue_time() {
-    setup();
+    let _serial = setup();
     let data = pattern(64 * 1024, 9);
     let (_d, path) = file_with("async-fixed", &data);
     let fh = open(&path, libc::O_RDONLY);
@@ -837,7 +845,7 @@ fn fixed_flags_capture_their_values_at_enqueue_time() {
 
 #[test]
 fn async_io_needs_a_registered_stream_and_valid_flags() {
-    setup();
+    let _serial = setup();
     let (_d, path) = file_with("async-reg", &pattern(4096, 10));
     let fh = open(&path, libc::O_RDONLY);
     let mut mem = vec![0u8; 4096];
@@ -910,7 +918,7 @@ fn mem_ptr(buf: &Buffer<'_>) -> usize {
 
 #[test]
 fn async_failures_land_in_the_result_as_negative_errors() {
-    setup();
+    let _serial = setup();
     let stream_s = TestStream::new(0xA5_0006);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
@@ -949,7 +957,7 @@ unsafe fn fh_read(fh: &FileHandle, buf: &Buffer<'_>, args: &Arc<AsyncArgs>, stre
 
 #[test]
 fn many_async_operations_on_one_stream_run_in_order() {
-    setup();
+    let _serial = setup();
     let stream_s = TestStream::new(0xA5_0007);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
@@ -1020,7 +1028,7 @@ impl Drop for DeviceMem {
 
 #[test]
 fn batch_reads_into_and_writes_from_registered_device_memory() {
-    setup();
+    let _serial = setup();
     let Some(dev) = DeviceMem::new(4 << 20, 0xEE) else {
         return;
     };
@@ -1099,7 +1107,7 @@ fn batch_reads_into_and_writes_from_registered_device_memory() {
 
 #[test]
 fn async_reads_and_writes_move_unregistered_device_memory_in_stream_order() {
-    setup();
+    let _serial = setup();
     let Some(dev) = DeviceMem::new(8 << 20, 0xEE) else {
         return;
     };
