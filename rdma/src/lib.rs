@@ -321,3 +321,62 @@ pub struct DeviceInfo {
 pub fn devices() -> Result<Vec<DeviceInfo>> {
     verbs::devices()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_kinds_parse_and_print_as_their_names() {
+        for k in [
+            TransportKind::Auto,
+            TransportKind::Verbs,
+            TransportKind::Tcp,
+        ] {
+            assert_eq!(k.to_string().parse::<TransportKind>().unwrap(), k);
+        }
+        assert_eq!(
+            " TCP ".parse::<TransportKind>().unwrap(),
+            TransportKind::Tcp
+        );
+        assert!("udp".parse::<TransportKind>().is_err());
+    }
+
+    #[test]
+    fn configs_no_transport_can_honour_are_rejected() {
+        assert!(TransportConfig::default().validate().is_ok());
+        let bad = [
+            TransportConfig {
+                lanes: 0,
+                ..Default::default()
+            },
+            TransportConfig {
+                lanes: 65,
+                ..Default::default()
+            },
+            TransportConfig {
+                max_message: 0,
+                ..Default::default()
+            },
+            TransportConfig {
+                chunk_size: 100,
+                ..Default::default()
+            },
+            TransportConfig {
+                recv_credits: 1,
+                ..Default::default()
+            },
+            TransportConfig {
+                op_timeout: Duration::ZERO,
+                ..Default::default()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(Error::InvalidArgument(_))),
+                "{c:?}"
+            );
+            assert!(listen("127.0.0.1:0", &c).is_err());
+        }
+    }
+}
