@@ -55,7 +55,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N.
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N.
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.
@@ -310,4 +310,94 @@ mod tests {
         assert!(parse_map_all("1000").is_err());
         assert!(parse_map_all("a:b").is_err());
     }
+}
+
+/// `hipfs bench mount FILE` and `hipfs bench userspace FILE`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchRemoteArgs {
+    /// The file to read (served from its directory by an in-process server on loopback).
+    pub file: PathBuf,
+    /// Generate FILE with this many bytes first if it is missing (e.g. 2G).
+    #[arg(long, value_parser = parse_size)]
+    pub create: Option<u64>,
+    /// Repetitions after one warm-up round; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Bytes per library call (bench userspace).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub request: u64,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => {
+            let m = match t[i..]
+                .to_ascii_uppercase()
+                .trim_end_matches("IB")
+                .trim_end_matches('B')
+            {
+                "" => 1u64,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => return Err(format!("unknown size unit in {s:?} (use K, M, G, T)")),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 64M or 2G"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn bench_opts(args: &BenchRemoteArgs) -> crate::remote::bench::MountBenchOptions {
+    crate::remote::bench::MountBenchOptions {
+        file: args.file.clone(),
+        create_size: args.create,
+        repeats: args.repeats,
+    }
+}
+
+/// `hipfs bench mount`: sequential 1 MiB reads through a FUSE mount beside
+/// the same reads through the remote client directly.
+///
+/// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
+pub fn run_bench_mount(args: &BenchRemoteArgs) -> crate::Result<()> {
+    let rows = crate::remote::bench::bench_mount(&bench_opts(args))?;
+    crate::remote::bench::print_mount_table(
+        &format!(
+            "hipfs bench mount {} (loopback, server page cache warm, median of {})",
+            args.file.display(),
+            args.repeats
+        ),
+        &rows,
+    );
+    Ok(())
+}
+
+/// `hipfs bench userspace`: UserspaceFs reads into host memory beside the
+/// loopback TCP ceiling and OpaqueFd reads through the FUSE mount.
+///
+/// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
+pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
+    let request = usize::try_from(args.request)
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| RemoteError::Config("--request must be > 0".into()))?;
+    let rows = crate::remote::bench::bench_userspace(&bench_opts(args), request)?;
+    crate::remote::bench::print_mount_table(
+        &format!(
+            "hipfs bench userspace {} (host memory, loopback, median of {})",
+            args.file.display(),
+            args.repeats
+        ),
+        &rows,
+    );
+    Ok(())
 }

@@ -5,7 +5,6 @@
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::client::{ClientConfig, RemoteClient};
@@ -37,9 +36,22 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
+/// A quick checksum (eight bytes per step) so that checking every byte
+/// costs little beside the transfer being measured.
 fn fnv(h: u64, b: &[u8]) -> u64 {
-    b.iter()
-        .fold(h, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100000001b3))
+    let mut chunks = b.chunks_exact(8);
+    let mut h = h;
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w))
+            .wrapping_mul(0x100000001b3)
+            .rotate_left(29);
+    }
+    for &x in chunks.remainder() {
+        h = (h ^ u64::from(x)).wrapping_mul(0x100000001b3);
+    }
+    h
 }
 
 fn create(file: &Path, size: u64) -> Result<(), RemoteError> {
@@ -217,6 +229,154 @@ fn tempfile_dir() -> Result<PathBuf, RemoteError> {
     Ok(p)
 }
 
+/// The loopback ceiling: `size` bytes through one plain TCP socket on
+/// 127.0.0.1 (write(2) on one thread, read(2) on another), in GiB/s.
+pub fn loopback_tcp_ceiling(size: u64) -> Result<f64, RemoteError> {
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let writer = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut s = std::net::TcpStream::connect(addr)?;
+        let block = vec![0x5au8; 4 << 20];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            s.write_all(&block[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    });
+    let (mut r, _) = l.accept()?;
+    let mut buf = vec![0u8; 4 << 20];
+    let t = Instant::now();
+    let mut got = 0u64;
+    while got < size {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    writer
+        .join()
+        .map_err(|_| RemoteError::Config("ceiling writer panicked".into()))??;
+    Ok(got as f64 / secs / (1u64 << 30) as f64)
+}
+
+/// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls
+/// into host memory; returns (bytes, checksum, seconds).
+fn read_with_handle(
+    path: &Path,
+    kind: crate::FileHandleType,
+    request: usize,
+) -> Result<(u64, u64, f64), RemoteError> {
+    let to_remote = |e: crate::Error| RemoteError::Config(e.to_string());
+    if let Ok(f) = std::fs::File::open(path) {
+        // SAFETY: advice on an fd we hold: drop the mount's cached pages.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+    let mut fh = crate::FileHandle::new(path, libc::O_RDONLY, 0, kind);
+    fh.open().map_err(to_remote)?;
+    let mut mem = vec![0u8; request];
+    let buf = crate::Buffer::from_slice(&mut mem, 0);
+    buf.register().map_err(to_remote)?;
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let t = Instant::now();
+    loop {
+        let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
+        if n == 0 {
+            break;
+        }
+        // SAFETY: `buf` covers `mem`; the read finished writing it.
+        sum = fnv(sum, unsafe { std::slice::from_raw_parts(buf.ptr(), n) });
+        total += n as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = buf.deregister();
+    fh.close();
+    Ok((total, sum, secs))
+}
+
+/// `hipfs bench userspace`: a large file read with UserspaceFs handles
+/// (server → caller's memory, no FUSE) beside the loopback TCP ceiling and
+/// the same read through the FUSE mount with an OpaqueFd handle.
+pub fn bench_userspace(
+    opts: &MountBenchOptions,
+    request: usize,
+) -> Result<Vec<MountBenchRow>, RemoteError> {
+    if !opts.file.exists() {
+        match opts.create_size {
+            Some(n) => create(&opts.file, n)?,
+            None => {
+                return Err(RemoteError::Config(format!(
+                    "{} does not exist (pass --create SIZE to generate it)",
+                    opts.file.display()
+                )))
+            }
+        }
+    }
+    let _driver = crate::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
+    super::install_userspace_resolver();
+    let file = opts.file.canonicalize()?;
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let size = std::fs::metadata(&file)?.len();
+    let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
+    let mnt = tempfile_dir()?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &MountOptions::default())?;
+    let via_mount = mnt.join(file.file_name().unwrap_or_default());
+    let (mut us, mut fuse, mut ceil) = (Vec::new(), Vec::new(), Vec::new());
+    let mut expect = None;
+    let result = (|| {
+        for i in 0..=opts.repeats.max(1) {
+            let (n1, s1, t1) =
+                read_with_handle(&via_mount, crate::FileHandleType::UserspaceFs, request)?;
+            let (n2, s2, t2) =
+                read_with_handle(&via_mount, crate::FileHandleType::OpaqueFd, request)?;
+            let c = loopback_tcp_ceiling(size)?;
+            if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+                return Err(RemoteError::Config(format!(
+                    "data mismatch: UserspaceFs read {n1} bytes (sum {s1:x}), OpaqueFd {n2} (sum {s2:x}), file has {size}"
+                )));
+            }
+            expect = Some(s1);
+            if i > 0 {
+                us.push(size as f64 / t1 / (1u64 << 30) as f64);
+                fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+                ceil.push(c);
+            }
+        }
+        Ok(())
+    })();
+    mounted.unmount()?;
+    server.shutdown(Duration::from_secs(2));
+    let _ = std::fs::remove_dir(&mnt);
+    result?;
+    let c = median(ceil);
+    let (u, f) = (median(us), median(fuse));
+    let ratio = |x: f64| if c > 0.0 { x / c } else { 0.0 };
+    Ok(vec![
+        MountBenchRow {
+            path: "loopback TCP, one socket (ceiling)".into(),
+            gib_per_s: c,
+            ratio: 1.0,
+        },
+        MountBenchRow {
+            path: format!("UserspaceFs handle, {} MiB requests", request >> 20),
+            gib_per_s: u,
+            ratio: ratio(u),
+        },
+        MountBenchRow {
+            path: format!("OpaqueFd on the FUSE mount, {} MiB requests", request >> 20),
+            gib_per_s: f,
+            ratio: ratio(f),
+        },
+    ])
+}
+
 /// Prints the rows as a table.
 pub fn print_mount_table(title: &str, rows: &[MountBenchRow]) {
     println!("{title}");
@@ -230,6 +390,3 @@ pub fn print_mount_table(title: &str, rows: &[MountBenchRow]) {
         );
     }
 }
-
-#[allow(dead_code)]
-fn _assert_send(_: Arc<RemoteClient>) {}

@@ -27,6 +27,8 @@ pub struct MountOptions {
     pub timeout: Duration,
     pub transport: TransportKind,
     pub threads: Option<usize>,
+    /// Answer extended-attribute calls with ENOSYS (faster `ls -l`).
+    pub no_xattr: bool,
 }
 
 impl Default for MountOptions {
@@ -41,6 +43,7 @@ impl Default for MountOptions {
             timeout: Duration::from_secs(30),
             transport: TransportKind::Auto,
             threads: None,
+            no_xattr: false,
         }
     }
 }
@@ -101,6 +104,7 @@ impl MountOptions {
                 "ro" => o.read_only = true,
                 "allow_other" => o.allow_other = true,
                 "direct_io" => o.direct_io = true,
+                "noxattr" => o.no_xattr = true,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
                 "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
                 "entry_timeout" => o.entry_timeout = Some(secs(k, &need(v)?)?),
@@ -119,7 +123,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N)"
                     )))
                 }
             }
@@ -189,7 +193,10 @@ pub fn mount_remote(
     let client = RemoteClient::connect(opts.client_config(server)?)?;
     let fs_name = format!("{}:{}", client.server(), client.export_name());
     let cfg = opts.mount_config(mountpoint, &fs_name, client.read_only());
-    let handle = hipfs_fusefs::mount(Arc::new(RemoteFs::new(client.clone())), cfg)?;
+    let fs = RemoteFs::new(client.clone())
+        .with_xattr_ttl(cfg.attr_timeout)
+        .without_xattrs(opts.no_xattr);
+    let handle = hipfs_fusefs::mount(Arc::new(fs), cfg)?;
     Ok(LocalMount {
         handle: Some(handle),
         client,
@@ -219,7 +226,10 @@ pub fn mount_local(
     let client = RemoteClient::connect(ccfg)?;
     let fs_name = format!("local:{}", dir.display());
     let cfg = opts.mount_config(mountpoint, &fs_name, false);
-    let handle = hipfs_fusefs::mount(Arc::new(RemoteFs::new(client.clone())), cfg)?;
+    let fs = RemoteFs::new(client.clone())
+        .with_xattr_ttl(cfg.attr_timeout)
+        .without_xattrs(opts.no_xattr);
+    let handle = hipfs_fusefs::mount(Arc::new(fs), cfg)?;
     Ok(LocalMount {
         handle: Some(handle),
         client,

@@ -367,6 +367,14 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         )
     })?;
     let mut cfg = ClientConfig::new(&id.server);
+    // How long a direct read waits for an absent server (default 30 s).
+    if let Some(secs) = std::env::var("HIPFS_REMOTE_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86400.0)
+    {
+        cfg.timeout = std::time::Duration::from_secs_f64(secs);
+    }
     if let Some(t) = &id.token_file {
         cfg.token = Some(super::super::auth::Token::from_file(t).map_err(Error::from)?);
         cfg.token_file = Some(t.clone());

@@ -219,6 +219,16 @@ impl RemoteClient {
     }
 }
 
+impl Drop for RemoteClient {
+    fn drop(&mut self) {
+        // The link's reply reader holds it alive; closing the connection
+        // ends that thread and frees the server's session.
+        if let Some(l) = self.link.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            l.kill();
+        }
+    }
+}
+
 /// Process-wide clients, one per server address (UserspaceFs handles share
 /// them; see [`direct`]).
 static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());

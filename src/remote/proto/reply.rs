@@ -96,6 +96,7 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
             for it in items {
                 w.bytes(&it.name).u64(it.cookie);
                 encode_entry(w, &it.entry);
+                w.bool(it.no_xattrs);
             }
         }
         Payload::Opened { fh } => {
@@ -146,6 +147,7 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                     name: name.to_vec(),
                     cookie: r.u64("cookie")?,
                     entry: decode_entry(r)?,
+                    no_xattrs: r.bool("no-xattrs flag")?,
                 });
             }
             Payload::Dir(items)

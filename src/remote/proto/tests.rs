@@ -183,17 +183,18 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
         Just(Ok(Payload::Empty)),
         attr().prop_map(|a| Ok(Payload::Attr(a))),
         entry().prop_map(|e| Ok(Payload::Entry(e))),
-        proptest::collection::vec((name(), any::<u64>(), entry()), 0..5).prop_map(|v| Ok(
-            Payload::Dir(
+        proptest::collection::vec((name(), any::<u64>(), entry(), any::<bool>()), 0..5).prop_map(
+            |v| Ok(Payload::Dir(
                 v.into_iter()
-                    .map(|(name, cookie, entry)| DirItem {
+                    .map(|(name, cookie, entry, no_xattrs)| DirItem {
                         name,
                         cookie,
-                        entry
+                        entry,
+                        no_xattrs
                     })
                     .collect()
-            )
-        )),
+            ))
+        ),
         (entry(), any::<u64>()).prop_map(|(entry, fh)| Ok(Payload::Created { entry, fh })),
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(|data| Ok(Payload::Read {
             n: data.len() as u32,

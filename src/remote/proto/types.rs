@@ -130,6 +130,9 @@ pub struct DirItem {
     pub name: Vec<u8>,
     pub cookie: u64,
     pub entry: Entry,
+    /// The server found no extended attributes on it, so the client can
+    /// answer `ls -l`'s ACL and label queries without asking.
+    pub no_xattrs: bool,
 }
 
 pub(crate) fn split_time(t: SystemTime) -> (i64, u32) {

@@ -238,10 +238,12 @@ impl Export {
                         Err(e) => return Err(e),
                     }
                 };
+                let no_xattrs = name != b"." && name != b".." && !has_xattrs(dfd, name);
                 out.push(DirItem {
                     name: name.to_vec(),
                     cookie: off as u64,
                     entry: self.entry(&st),
+                    no_xattrs,
                 });
                 if out.len() >= max {
                     break 'outer;
@@ -437,4 +439,24 @@ impl Export {
         check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
         Ok(())
     }
+}
+
+/// Whether `dir/name` has extended attributes (false only when the server
+/// is sure it has none). The name is not followed: the `/proc/self/fd`
+/// link reaches the directory itself and `llistxattr` stops at `name`.
+fn has_xattrs(dir: RawFd, name: &[u8]) -> bool {
+    let Ok(p) = cstr(
+        format!("/proc/self/fd/{dir}/")
+            .as_bytes()
+            .iter()
+            .chain(name)
+            .copied()
+            .collect::<Vec<u8>>()
+            .as_slice(),
+    ) else {
+        return true;
+    };
+    // SAFETY: `p` is NUL-terminated; a NULL buffer of size 0 only asks the size.
+    let n = unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) };
+    n != 0
 }

@@ -1,0 +1,136 @@
+//! Caches that save round trips: the current batch of each open directory,
+//! and recent "no such extended attribute" answers.
+
+use std::time::Instant;
+
+use hipfs_fusefs::{Credentials, Errno, Ino, Result};
+
+use super::super::super::proto::{DirItem, Op, Payload};
+use super::RemoteFs;
+
+/// One open directory: the last batch fetched from the server, so that the
+/// kernel's small readdir buffers are filled from memory instead of a
+/// server round trip (and a re-listing) per few dozen entries.
+#[derive(Default)]
+pub(super) struct DirListing {
+    /// Cookie the batch starts after.
+    pub(super) from: u64,
+    pub(super) items: Vec<DirItem>,
+    /// The server returned fewer than asked: nothing follows the batch.
+    pub(super) eof: bool,
+}
+
+/// Entries asked from the server per batch.
+const DIR_BATCH: u32 = 1024;
+/// Entries handed to the adapter per readdir call (the kernel's buffer
+/// takes a few dozen; the rest are given back and served again from memory).
+const DIR_HANDOUT: usize = 1024;
+/// Key in the missing-xattr cache meaning "no attribute at all" (not a
+/// valid attribute name, which always has a namespace prefix and a dot).
+pub(super) const ANY_XATTR: &[u8] = b"*";
+/// Missing-xattr answers kept at most.
+const MAX_MISSING_XATTRS: usize = 65536;
+
+impl RemoteFs {
+    pub(super) fn missing_xattr(&self, ino: Ino, name: &[u8]) -> Option<Errno> {
+        let map = self
+            .missing_xattrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let fresh = |k: (Ino, Vec<u8>)| {
+            map.get(&k)
+                .filter(|(at, _)| at.elapsed() < self.xattr_ttl)
+                .map(|(_, e)| *e)
+        };
+        fresh((ino, name.to_vec())).or_else(|| fresh((ino, ANY_XATTR.to_vec())))
+    }
+
+    pub(super) fn note_missing_xattr(&self, ino: Ino, name: &[u8], e: Errno) {
+        if self.xattr_ttl.is_zero() {
+            return;
+        }
+        let mut map = self
+            .missing_xattrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if map.len() >= MAX_MISSING_XATTRS {
+            map.clear();
+        }
+        map.insert((ino, name.to_vec()), (Instant::now(), e));
+    }
+
+    /// Records that `ino` has no extended attributes at all (as of now).
+    pub(super) fn note_no_xattrs(&self, ino: Ino) {
+        self.note_missing_xattr(ino, ANY_XATTR, Errno::ENODATA);
+    }
+
+    pub(super) fn forget_xattrs(&self, ino: Ino) {
+        self.missing_xattrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(i, _), _| *i != ino);
+    }
+
+    /// The entries after `offset`, from the directory's cached batch when it
+    /// covers that cookie, else from a new batch fetched from the server.
+    pub(super) fn dir_items(
+        &self,
+        ino: Ino,
+        fh: u64,
+        offset: u64,
+        cred: &Credentials,
+    ) -> Result<Vec<DirItem>> {
+        let listing = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned();
+        let Some(listing) = listing else {
+            // No handle of ours (opendir not seen): fetch directly.
+            return self.fetch_dir(ino, offset, cred).map(|(v, _)| v);
+        };
+        let mut l = listing.lock().unwrap_or_else(|p| p.into_inner());
+        let start = if offset == l.from {
+            Some(0)
+        } else {
+            l.items
+                .iter()
+                .position(|it| it.cookie == offset)
+                .map(|i| i + 1)
+        };
+        if let Some(i) = start.filter(|&i| i < l.items.len() || l.eof) {
+            let i = i.min(l.items.len());
+            return Ok(l.items[i..].iter().take(DIR_HANDOUT).cloned().collect());
+        }
+        let (items, eof) = self.fetch_dir(ino, offset, cred)?;
+        *l = DirListing {
+            from: offset,
+            items,
+            eof,
+        };
+        Ok(l.items.iter().take(DIR_HANDOUT).cloned().collect())
+    }
+
+    pub(super) fn fetch_dir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        cred: &Credentials,
+    ) -> Result<(Vec<DirItem>, bool)> {
+        let dir = self.path_of(ino)?;
+        let p = self.call(
+            cred,
+            Op::Readdir {
+                path: dir,
+                cookie: offset,
+                max: DIR_BATCH,
+            },
+        )?;
+        let Payload::Dir(items) = p else {
+            return Err(Errno::EIO);
+        };
+        let eof = items.len() < DIR_BATCH as usize;
+        Ok((items, eof))
+    }
+}

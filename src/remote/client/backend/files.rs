@@ -1,0 +1,273 @@
+//! Open files: the handles the kernel holds, reopened by path on a new
+//! connection, and their reads and writes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hipfs_fusefs::{Credentials, Errno, Ino, Result};
+
+use super::super::super::proto::{Op, Payload, ReadDest, WireCred};
+use super::super::{Link, RecvBuf};
+use super::{errno, wire_cred, RemoteFs};
+
+/// An open file: enough to reopen it on a new connection.
+pub(super) struct OpenFile {
+    pub(super) ino: Ino,
+    pub(super) path: Mutex<Vec<u8>>,
+    pub(super) flags: i32,
+    /// (connection epoch, server handle)
+    pub(super) server: Mutex<(u64, u64)>,
+}
+
+impl RemoteFs {
+    pub(super) fn file(&self, fh: u64) -> Result<Arc<OpenFile>> {
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    /// The server handle of `f` valid on `link`, reopening it there if the
+    /// connection changed since it was opened.
+    pub(super) fn server_fh(
+        &self,
+        f: &OpenFile,
+        link: &Arc<Link>,
+        cred: &WireCred,
+    ) -> std::result::Result<u64, i32> {
+        let (epoch, fh) = *f.server.lock().unwrap_or_else(|p| p.into_inner());
+        if epoch == link.epoch {
+            return Ok(fh);
+        }
+        let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // Reopened as root would bypass the permissions checked at open
+        // time; reopen as the caller, without the one-time flags.
+        let flags = f.flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC);
+        let reply = self.client.call_with(
+            cred,
+            |_| {
+                Ok(Op::Open {
+                    path: path.clone(),
+                    flags,
+                })
+            },
+            |_, _| {},
+        )?;
+        let Payload::Opened { fh: new_fh } = reply else {
+            return Err(libc::EIO);
+        };
+        // Make sure it is still the same file.
+        let check = self.client.call(
+            cred,
+            Op::Getattr {
+                path: path.clone(),
+                fh: Some(new_fh),
+            },
+        )?;
+        if let Payload::Attr(a) = check {
+            if a.ino != f.ino {
+                let _ = self.client.call(cred, Op::Release { fh: new_fh });
+                return Err(libc::ESTALE);
+            }
+        }
+        log::info!(
+            "reopened {} after reconnect",
+            String::from_utf8_lossy(&path)
+        );
+        *f.server.lock().unwrap_or_else(|p| p.into_inner()) = (link.epoch, new_fh);
+        Ok(new_fh)
+    }
+
+    /// Runs an operation on open file `fh`.
+    pub(super) fn file_call(
+        &self,
+        fh: u64,
+        cred: &Credentials,
+        make: impl Fn(u64, &Arc<Link>) -> std::result::Result<Op, i32>,
+    ) -> Result<Payload> {
+        let f = self.file(fh)?;
+        let wc = wire_cred(cred);
+        self.client
+            .call_with(
+                &wc,
+                |link| {
+                    let sfh = self.server_fh(&f, link, &wc)?;
+                    make(sfh, link)
+                },
+                |_, _| {},
+            )
+            .map_err(errno)
+    }
+
+    /// Some open handle of `ino`, if any.
+    pub(super) fn open_fh_of(&self, ino: Ino) -> Option<u64> {
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(_, f)| f.ino == ino)
+            .map(|(fh, _)| *fh)
+    }
+
+    pub(super) fn add_file(
+        &self,
+        ino: Ino,
+        path: Vec<u8>,
+        flags: i32,
+        epoch: u64,
+        sfh: u64,
+    ) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                fh,
+                Arc::new(OpenFile {
+                    ino,
+                    path: Mutex::new(path),
+                    flags,
+                    server: Mutex::new((epoch, sfh)),
+                }),
+            );
+        fh
+    }
+
+    /// Opens `path` on the server and returns (epoch, server fh).
+    pub(super) fn open_remote(&self, cred: &Credentials, op: Op) -> Result<(u64, Payload)> {
+        let epoch = AtomicU64::new(0);
+        let p = self
+            .client
+            .call_with(
+                &wire_cred(cred),
+                |_| Ok(op.clone()),
+                |link, _| epoch.store(link.epoch, Ordering::SeqCst),
+            )
+            .map_err(errno)?;
+        Ok((epoch.load(Ordering::SeqCst), p))
+    }
+
+    /// What [`Backend::identify`] answers for an open file.
+    pub(super) fn identify_payload(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {
+        let f = self.file(fh).ok()?;
+        let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let id = super::super::direct::FileIdentity {
+            server: self.client.server().to_string(),
+            export: self.client.export_name(),
+            path,
+            ino,
+            token_file: self.client.cfg.token_file.clone(),
+        };
+        Some(id.encode())
+    }
+
+    pub(super) fn read_file(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        cred: &Credentials,
+    ) -> Result<Vec<u8>> {
+        let size = size.min(super::super::super::proto::MAX_IO as u32);
+        let buf: Mutex<Option<(Arc<Link>, RecvBuf)>> = Mutex::new(None);
+        let p = self.file_call(fh, cred, |sfh, link| {
+            let mut slot = buf.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.as_ref().is_none_or(|(l, _)| !Arc::ptr_eq(l, link)) {
+                let b = link.take_recv_buf().map_err(|_| libc::ENOMEM)?;
+                *slot = Some((link.clone(), b));
+            }
+            let region = slot
+                .as_ref()
+                .map(|(_, b)| b.region.descriptor())
+                .ok_or(libc::EIO)?;
+            Ok(Op::Read {
+                fh: sfh,
+                offset,
+                len: size,
+                dest: Some(ReadDest { region, offset: 0 }),
+            })
+        });
+        let slot = buf.into_inner().unwrap_or_else(|p| p.into_inner());
+        match p {
+            Ok(Payload::Read { n, data }) => {
+                let out = if data.is_empty() {
+                    slot.as_ref()
+                        .map(|(_, b)| b.bytes(n as usize).to_vec())
+                        .unwrap_or_default()
+                } else {
+                    data
+                };
+                if let Some((link, b)) = slot {
+                    link.put_recv_buf(b);
+                }
+                Ok(out)
+            }
+            // On failure the buffer is dropped, not reused: a late placement
+            // from the server must not land in another read's data.
+            Ok(_) => Err(Errno::EIO),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) fn write_file(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        cred: &Credentials,
+    ) -> Result<usize> {
+        let mut done = 0;
+        while done < data.len() {
+            let chunk = &data[done..(done + super::super::super::proto::MAX_IO).min(data.len())];
+            let p = self.file_call(fh, cred, |sfh, _| {
+                Ok(Op::Write {
+                    fh: sfh,
+                    offset: offset + done as u64,
+                    data: chunk.to_vec(),
+                })
+            })?;
+            let Payload::Written(n) = p else {
+                return Err(Errno::EIO);
+            };
+            done += n as usize;
+            if (n as usize) < chunk.len() {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    pub(super) fn release_file(
+        &self,
+        _ino: Ino,
+        fh: u64,
+        _flags: i32,
+        cred: &Credentials,
+    ) -> Result<()> {
+        let f = self
+            .files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh)
+            .ok_or(Errno::EBADF)?;
+        let (epoch, sfh) = *f.server.lock().unwrap_or_else(|p| p.into_inner());
+        // Only the connection that opened it knows the handle; a new one
+        // never saw it, and a dead one closed it.
+        let _ = self.client.call_with(
+            &wire_cred(cred),
+            |link| {
+                if link.epoch == epoch {
+                    Ok(Op::Release { fh: sfh })
+                } else {
+                    Err(0)
+                }
+            },
+            |_, _| {},
+        );
+        Ok(())
+    }
+}
