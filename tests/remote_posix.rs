@@ -424,3 +424,24 @@ fn nix_statvfs(p: &Path) -> (u64, u64) {
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
     (s.f_blocks, s.f_bsize)
 }
+
+#[test]
+fn a_mounts_counters_are_readable_through_its_root_and_count_the_bytes() {
+    require_fuse!();
+    let fx = Fixture::with(|_| {}, "direct_io");
+    fs::write(fx.e("f"), vec![3u8; 300_000]).unwrap();
+    let before = hipfs::cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
+    assert!(
+        before.contains("read through the mount: 0 bytes"),
+        "{before}"
+    );
+    assert_eq!(fs::read(fx.m("f")).unwrap().len(), 300_000);
+    let after = hipfs::cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
+    assert!(
+        after.contains("read through the mount: 300000 bytes"),
+        "{after}"
+    );
+    assert!(after.contains("0 failed"), "{after}");
+    let not_hipfs = tempfile::tempdir().unwrap();
+    assert!(hipfs::cli::remote_cmds::mount_stats(not_hipfs.path()).is_err());
+}

@@ -401,3 +401,52 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
     );
     Ok(())
 }
+
+/// `hipfs stats [MOUNTPOINT]`.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Print I/O counters: of this process, or of a running hipfs mount",
+    long_about = "Without MOUNTPOINT: the per-path I/O counters of this process. With it: the counters of the process serving that hipfs mount (requests, failures, reconnects, bytes).\n\nExample: hipfs stats /mnt/data"
+)]
+pub struct StatsArgs {
+    /// A hipfs mount point.
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// The counters of the process serving the hipfs mount at `mountpoint`
+/// (read through an attribute of its root directory).
+pub fn mount_stats(mountpoint: &std::path::Path) -> Result<String, RemoteError> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| RemoteError::Config("mount point contains NUL".into()))?;
+    let name = std::ffi::CString::new(crate::remote::client::backend::STATS_XATTR)
+        .map_err(|_| RemoteError::Config("bad attribute name".into()))?;
+    let mut buf = vec![0u8; 64 * 1024];
+    // SAFETY: NUL-terminated strings; the kernel writes at most buf.len() bytes.
+    let n = unsafe {
+        libc::getxattr(
+            p.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(RemoteError::Config(format!(
+            "{}: not a hipfs mount root, or its daemon does not answer ({e})",
+            mountpoint.display()
+        )));
+    }
+    buf.truncate(n as usize);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Runs `hipfs stats [MOUNTPOINT]`.
+pub fn run_stats(args: &StatsArgs) -> crate::Result<()> {
+    match &args.mountpoint {
+        Some(m) => print!("{}", mount_stats(m)?),
+        None => println!("{}", crate::stats::snapshot()),
+    }
+    Ok(())
+}

@@ -73,6 +73,7 @@ pub fn with_default_port(s: &str) -> String {
 /// A connection (re-established as needed) to one server.
 pub struct RemoteClient {
     pub(crate) cfg: ClientConfig,
+    counters: ClientCounters,
     link: Mutex<Option<Arc<Link>>>,
     connecting: Mutex<()>,
     next_id: AtomicU64,
@@ -96,6 +97,7 @@ impl RemoteClient {
             connecting: Mutex::new(()),
             next_id: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
+            counters: ClientCounters::default(),
         });
         c.link()?;
         Ok(c)
@@ -139,6 +141,7 @@ impl RemoteClient {
         let l = Link::open(&self.cfg, epoch)?;
         if epoch > 1 {
             log::info!("reconnected to {}", self.cfg.server);
+            self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
         Ok(l)
@@ -148,6 +151,21 @@ impl RemoteClient {
     /// (so file handles can be translated for that link), retrying across
     /// reconnects until the deadline when that is safe.
     pub(crate) fn call_with(
+        &self,
+        cred: &WireCred,
+        make: impl FnMut(&Arc<Link>) -> Result<Op, i32>,
+        on_link: impl Fn(&Arc<Link>, &Payload),
+    ) -> Result<Payload, i32> {
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let r = self.call_with_retries(cred, make, on_link);
+        // Answers like ENOENT are the filesystem working; count transport trouble.
+        if let Err(libc::EIO | libc::ENOTCONN | libc::ETIMEDOUT) = r {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn call_with_retries(
         &self,
         cred: &WireCred,
         mut make: impl FnMut(&Arc<Link>) -> Result<Op, i32>,
@@ -213,6 +231,18 @@ impl RemoteClient {
         }
     }
 
+    /// One line of counters: requests, failures, reconnects.
+    pub fn counters_line(&self) -> String {
+        let c = &self.counters;
+        format!(
+            "server {}: {} requests, {} failed, {} reconnects",
+            self.cfg.server,
+            c.calls.load(Ordering::Relaxed),
+            c.failed.load(Ordering::Relaxed),
+            c.reconnects.load(Ordering::Relaxed)
+        )
+    }
+
     /// Runs one operation that involves no file handle.
     pub fn call(&self, cred: &WireCred, op: Op) -> Result<Payload, i32> {
         self.call_with(cred, |_| Ok(op.clone()), |_, _| {})
@@ -227,6 +257,14 @@ impl Drop for RemoteClient {
             l.kill();
         }
     }
+}
+
+/// What a client has done, for `hipfs stats MOUNTPOINT`.
+#[derive(Default)]
+struct ClientCounters {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    reconnects: AtomicU64,
 }
 
 /// Process-wide clients, one per server address (UserspaceFs handles share

@@ -203,6 +203,8 @@ impl RemoteFs {
                 if let Some((link, b)) = slot {
                     link.put_recv_buf(b);
                 }
+                self.bytes_read
+                    .fetch_add(out.len() as u64, Ordering::Relaxed);
                 Ok(out)
             }
             // On failure the buffer is dropped, not reused: a late placement
@@ -238,6 +240,7 @@ impl RemoteFs {
                 break;
             }
         }
+        self.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
         Ok(done)
     }
 

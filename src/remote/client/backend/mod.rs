@@ -53,7 +53,13 @@ pub struct RemoteFs {
     /// Extended attributes switched off (`-o noxattr`): answered `ENOSYS`,
     /// after which the kernel stops asking (as with sshfs).
     no_xattr: bool,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
 }
+
+/// The attribute of a mount's root directory that answers with this
+/// mount's counters (`getfattr -n user.hipfs.stats /mnt/data`, `hipfs stats /mnt/data`).
+pub const STATS_XATTR: &str = "user.hipfs.stats";
 
 fn wire_cred(c: &Credentials) -> WireCred {
     WireCred {
@@ -75,6 +81,19 @@ fn wire_time(t: TimeOrNow) -> WireTime {
 }
 
 impl RemoteFs {
+    /// This mount's counters, as `hipfs stats MOUNTPOINT` prints them.
+    pub fn stats_text(&self) -> String {
+        format!(
+            "hipfs mount of {}\n  {}\n  read through the mount: {} bytes\n  written through the mount: {} bytes\n  open files: {}, known inodes: {}\n",
+            self.client.export_name(),
+            self.client.counters_line(),
+            self.bytes_read.load(Ordering::Relaxed),
+            self.bytes_written.load(Ordering::Relaxed),
+            self.files.read().unwrap_or_else(|p| p.into_inner()).len(),
+            self.nodes.read().unwrap_or_else(|p| p.into_inner()).len(),
+        )
+    }
+
     pub fn new(client: Arc<RemoteClient>) -> RemoteFs {
         let mut nodes = HashMap::new();
         nodes.insert(
@@ -93,6 +112,8 @@ impl RemoteFs {
             missing_xattrs: Mutex::new(HashMap::new()),
             xattr_ttl: Duration::from_secs(1),
             no_xattr: false,
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
         }
     }
 
@@ -476,6 +497,9 @@ impl Backend for RemoteFs {
     }
 
     fn getxattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<Vec<u8>> {
+        if ino == ROOT_INO && name == STATS_XATTR {
+            return Ok(self.stats_text().into_bytes());
+        }
         if self.no_xattr {
             return Err(Errno::ENOSYS);
         }
