@@ -286,3 +286,68 @@ fn fio_with_crc32c_verification_passes_through_the_mount() {
             ]));
     }
 }
+
+#[test]
+fn many_clients_at_once_each_see_their_own_and_each_others_files() {
+    use hipfs::remote::client::{ClientConfig, RemoteClient};
+    use hipfs::remote::proto::{Op, Payload, WireCred};
+    use hipfs::remote::server::{ServeConfig, Server};
+    let export = tempfile::tempdir().unwrap();
+    let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+    cfg.transport = hipfs_rdma::TransportKind::Tcp;
+    let server = Server::start(cfg).unwrap();
+    let cred = WireCred::default();
+    std::thread::scope(|s| {
+        for c in 0..12u64 {
+            let (addr, cred) = (server.local_addr().to_string(), cred.clone());
+            s.spawn(move || {
+                let mut cc = ClientConfig::new(&addr);
+                cc.transport = hipfs_rdma::TransportKind::Tcp;
+                let client = RemoteClient::connect(cc).unwrap();
+                let path = format!("client-{c}").into_bytes();
+                let Ok(Payload::Created { fh, .. }) = client.call(
+                    &cred,
+                    Op::Create {
+                        path: path.clone(),
+                        mode: 0o644,
+                        flags: libc::O_RDWR,
+                    },
+                ) else {
+                    panic!("create failed")
+                };
+                let data = pattern(c, 200_000);
+                for (i, piece) in data.chunks(50_000).enumerate() {
+                    let r = client.call(
+                        &cred,
+                        Op::Write {
+                            fh,
+                            offset: (i * 50_000) as u64,
+                            data: piece.to_vec(),
+                        },
+                    );
+                    assert_eq!(r, Ok(Payload::Written(piece.len() as u32)));
+                }
+                let Ok(Payload::Read { n, data: back }) = client.call(
+                    &cred,
+                    Op::Read {
+                        fh,
+                        offset: 0,
+                        len: 200_000,
+                        dest: None,
+                    },
+                ) else {
+                    panic!("read failed")
+                };
+                assert_eq!(n, 200_000);
+                assert!(back == data);
+                client.call(&cred, Op::Release { fh }).unwrap();
+            });
+        }
+    });
+    for c in 0..12u64 {
+        assert!(
+            fs::read(export.path().join(format!("client-{c}"))).unwrap() == pattern(c, 200_000)
+        );
+    }
+    server.shutdown(std::time::Duration::from_secs(1));
+}
