@@ -445,3 +445,44 @@ fn a_mounts_counters_are_readable_through_its_root_and_count_the_bytes() {
     let not_hipfs = tempfile::tempdir().unwrap();
     assert!(hipfs::cli::remote_cmds::mount_stats(not_hipfs.path()).is_err());
 }
+
+/// Descriptors of this process (which hosts the server) open on `target`.
+fn fds_on(target: &Path) -> usize {
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| p == target)
+        .count()
+}
+
+#[test]
+fn closing_files_releases_the_servers_descriptors() {
+    require_fuse!();
+    let _d = hipfs::Driver::open().unwrap();
+    hipfs::remote::install_userspace_resolver();
+    let fx = Fixture::new();
+    fs::write(fx.e("f"), b"data").unwrap();
+    let target = fx.e("f").canonicalize().unwrap();
+    for _ in 0..50 {
+        assert_eq!(fs::read(fx.m("f")).unwrap(), b"data");
+    }
+    for _ in 0..5 {
+        let mut h = hipfs::FileHandle::new(
+            fx.m("f"),
+            libc::O_RDONLY,
+            0,
+            hipfs::FileHandleType::UserspaceFs,
+        );
+        h.open().unwrap();
+        h.close();
+    }
+    let t = std::time::Instant::now();
+    while fds_on(&target) > 0 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{} server descriptors still open",
+            fds_on(&target)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -242,6 +242,15 @@ impl RemoteFile {
     }
 }
 
+impl Drop for RemoteFile {
+    fn drop(&mut self) {
+        let (epoch, fh) = *self.server.lock().unwrap_or_else(|p| p.into_inner());
+        if epoch != 0 {
+            self.client.post(&self.cred, Op::Release { fh }, epoch);
+        }
+    }
+}
+
 thread_local! {
     static REGIONS: std::cell::RefCell<Vec<Arc<hipfs_rdma::LocalRegion>>> =
         const { std::cell::RefCell::new(Vec::new()) };

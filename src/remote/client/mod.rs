@@ -243,6 +243,25 @@ impl RemoteClient {
         )
     }
 
+    /// Sends `op` on the live link if it is still connection `epoch`,
+    /// without waiting for (or ever reading) the answer. For requests whose
+    /// outcome changes nothing for the caller (releasing a handle).
+    pub(crate) fn post(&self, cred: &WireCred, op: Op, epoch: u64) {
+        let Some(link) = self.current().filter(|l| l.epoch == epoch) else {
+            return;
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let msg = Request {
+            id,
+            cred: cred.clone(),
+            op,
+        }
+        .encode();
+        if let Err(e) = link.conn.send(&msg) {
+            log::debug!("{}: {e}", self.cfg.server);
+        }
+    }
+
     /// Runs one operation that involves no file handle.
     pub fn call(&self, cred: &WireCred, op: Op) -> Result<Payload, i32> {
         self.call_with(cred, |_| Ok(op.clone()), |_, _| {})
