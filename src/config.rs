@@ -110,7 +110,10 @@ impl Default for Config {
                 false, // StreamMemopsBypass
             ],
             strings: ["ERROR".to_string(), String::new(), String::new()],
-            unsupported_filesystems: Vec::new(),
+            // O_DIRECT on a FUSE file skips the local page cache and costs the
+            // daemon a round trip per request; hipfs mounts have the
+            // UserspaceFs path for direct transfers instead.
+            unsupported_filesystems: vec!["fuse".to_string()],
             stats_level: 0,
             page_cache_probe: true,
         }
