@@ -283,6 +283,7 @@ fn fio_with_crc32c_verification_passes_through_the_mount() {
                 "--do_verify=1",
                 "--verify_fatal=1",
                 "--ioengine=psync",
+                "--verify_state_save=0",
             ]));
     }
 }
