@@ -55,6 +55,8 @@ pub fn add_resolver(r: Resolver) {
 
 /// Finds the userspace filesystem serving `fd`, or says why there is none.
 pub fn resolve_fd(fd: std::os::fd::RawFd) -> Result<std::sync::Arc<dyn UserspaceFs>> {
+    // hipfs mounts are always known: every face (Rust, C, Python) gets them.
+    crate::remote::install_userspace_resolver();
     let resolvers: Vec<Resolver> = RESOLVERS.lock().unwrap_or_else(|p| p.into_inner()).clone();
     for r in resolvers {
         if let Some(fs) = r(fd) {
