@@ -506,3 +506,88 @@ fn sigterm_lets_the_server_finish_and_exit_cleanly() {
         .call(&WireCred::default(), Op::Lookup { path: vec![] })
         .is_err());
 }
+
+#[test]
+fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_are_refused() {
+    use hipfs::remote::proto::{ReadDest, MAX_PLACED_READ};
+    let export = tempfile::tempdir().unwrap();
+    let data = pattern(9, MAX_PLACED_READ + 4096);
+    fs::write(export.path().join("f"), &data).unwrap();
+    let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+    cfg.transport = hipfs_rdma::TransportKind::Tcp;
+    let server = Server::start(cfg).unwrap();
+    let conn = raw_connection(server.local_addr());
+    let req = |id: u64, op: Op| {
+        Request {
+            id,
+            cred: WireCred::default(),
+            op,
+        }
+        .encode()
+    };
+    let Ok(Payload::Opened { fh }) = raw_call(
+        conn.as_ref(),
+        &req(
+            1,
+            Op::Open {
+                path: b"f".to_vec(),
+                flags: 0,
+            },
+        ),
+    )
+    .result
+    else {
+        panic!("open failed")
+    };
+    let mut mem = vec![0u8; MAX_PLACED_READ + 8192];
+    // SAFETY: `mem` outlives the region (dropped at the end of the test) and
+    // is only read after the server's reply.
+    let region = unsafe { conn.register(mem.as_mut_ptr(), mem.len()) }.unwrap();
+    let dest = Some(ReadDest {
+        region: region.descriptor(),
+        offset: 4096,
+    });
+    let op = Op::Read {
+        fh,
+        offset: 100,
+        len: MAX_PLACED_READ as u32,
+        dest,
+    };
+    let r = raw_call(conn.as_ref(), &req(2, op));
+    assert_eq!(
+        r.result,
+        Ok(Payload::Read {
+            n: MAX_PLACED_READ as u32,
+            data: vec![]
+        })
+    );
+    assert!(mem[4096..4096 + MAX_PLACED_READ] == data[100..100 + MAX_PLACED_READ]);
+    assert!(
+        mem[..4096].iter().all(|&b| b == 0),
+        "nothing before the offset"
+    );
+    let op = Op::Read {
+        fh,
+        offset: 0,
+        len: MAX_PLACED_READ as u32 + 1,
+        dest,
+    };
+    assert_eq!(
+        raw_call(conn.as_ref(), &req(3, op)).result,
+        Err(libc::EINVAL)
+    );
+    // A destination outside the region is refused, not written.
+    let bad = Some(ReadDest {
+        region: region.descriptor(),
+        offset: mem.len() as u64 - 10,
+    });
+    let op = Op::Read {
+        fh,
+        offset: 0,
+        len: 4096,
+        dest: bad,
+    };
+    assert!(raw_call(conn.as_ref(), &req(4, op)).result.is_err());
+    drop(region);
+    server.shutdown(Duration::from_secs(1));
+}

@@ -178,7 +178,7 @@ impl RemoteFile {
         Ok(fh)
     }
 
-    /// Reads `len` bytes at `offset` into `ptr` (one request, at most MAX_IO).
+    /// Reads `len` bytes at `offset` into `ptr` (one request, at most READ_PIECE).
     fn read_piece(&self, ptr: *mut u8, len: usize, offset: u64) -> std::result::Result<usize, i32> {
         let p = self.client.call_with(
             &self.cred,
@@ -256,6 +256,12 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Bytes per read request. Placed reads may be larger (up to
+/// MAX_PLACED_READ, for verbs, where one RDMA WRITE of several MiB is
+/// cheap); over TCP on loopback 1 MiB pieces, four in flight, measured best
+/// (4 MiB pieces were 10-30% slower on the 2-core test host).
+const READ_PIECE: usize = MAX_IO;
+
 /// Pieces kept in flight at once for one large request.
 const PARALLEL: usize = 4;
 
@@ -296,8 +302,8 @@ impl UserspaceFs for RemoteFile {
     fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize> {
         let (ptr, len) = host_ptr(&buf)?;
         let pieces: Vec<(usize, usize)> = (0..len)
-            .step_by(MAX_IO)
-            .map(|o| (o, MAX_IO.min(len - o)))
+            .step_by(READ_PIECE)
+            .map(|o| (o, READ_PIECE.min(len - o)))
             .collect();
         let base = SendPtr(ptr);
         let results: Vec<std::result::Result<usize, i32>> = if pieces.len() <= 1 {

@@ -43,6 +43,10 @@ pub const MAX_PATH: usize = 4096;
 pub const MAX_NAME: usize = 255;
 /// Largest read or write one request may ask for.
 pub const MAX_IO: usize = 1 << 20;
+/// Largest read whose bytes are placed in the client's memory (`Read` with
+/// a destination): they never travel inside a message, so they may exceed
+/// [`MAX_IO`]; the transport stripes them over its lanes.
+pub const MAX_PLACED_READ: usize = 8 << 20;
 /// Largest xattr value (Linux XATTR_SIZE_MAX).
 pub const MAX_XATTR: usize = 64 * 1024;
 /// Most supplementary groups a request may carry.
@@ -110,7 +114,11 @@ impl ProtoError {
     pub fn errno(&self) -> i32 {
         match self {
             ProtoError::BadPath(_) => libc::EINVAL,
-            ProtoError::TooLong { .. } => libc::ENAMETOOLONG,
+            ProtoError::TooLong {
+                what: "path" | "name" | "symlink target" | "xattr name",
+                ..
+            } => libc::ENAMETOOLONG,
+            ProtoError::TooLong { .. } => libc::EINVAL,
             _ => libc::EPROTO,
         }
     }

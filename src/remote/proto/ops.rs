@@ -335,13 +335,6 @@ impl Request {
                 let fh = r.u64("fh")?;
                 let offset = r.u64("offset")?;
                 let len = r.u32("length")?;
-                if len as usize > MAX_IO {
-                    return Err(ProtoError::TooLong {
-                        what: "read length",
-                        len: len as usize,
-                        max: MAX_IO,
-                    });
-                }
                 let dest = if r.bool("destination flag")? {
                     let d = r.bytes("descriptor", RemoteDescriptor::ENCODED_LEN)?;
                     let region = RemoteDescriptor::decode(d)
@@ -353,6 +346,18 @@ impl Request {
                 } else {
                     None
                 };
+                let max = if dest.is_some() {
+                    super::MAX_PLACED_READ
+                } else {
+                    MAX_IO
+                };
+                if len as usize > max {
+                    return Err(ProtoError::TooLong {
+                        what: "read length",
+                        len: len as usize,
+                        max,
+                    });
+                }
                 Op::Read {
                     fh,
                     offset,

@@ -160,7 +160,8 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
         7 => {
             let n = r.u32("bytes read")?;
             let data = r.bytes("read data", MAX_IO)?.to_vec();
-            if n as usize > MAX_IO || (!data.is_empty() && data.len() != n as usize) {
+            if n as usize > super::MAX_PLACED_READ || (!data.is_empty() && data.len() != n as usize)
+            {
                 return Err(ProtoError::BadValue("bytes read", u64::from(n)));
             }
             Payload::Read { n, data }

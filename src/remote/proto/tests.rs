@@ -330,7 +330,8 @@ fn forged_counts_and_lengths_are_refused_before_allocating() {
         .u16(8)
         .u64(1)
         .u64(0)
-        .u32(u32::MAX);
+        .u32(u32::MAX)
+        .u8(0);
     assert!(matches!(
         Request::decode(&w.finish()),
         Err(ProtoError::TooLong { .. })

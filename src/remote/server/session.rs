@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::{Connection, LocalRegion};
 
-use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO};
+use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
 use super::creds::become_user;
 use super::resolve::{cstr, last_errno, Errno};
 use super::ServerShared;
@@ -21,14 +21,17 @@ struct Staging {
     _mem: Box<[u8]>,
 }
 
-/// Most staging buffers kept per connection (1 MiB each).
+/// Most staging buffers kept per connection, per size class.
 const MAX_STAGING: usize = 16;
+/// Most large staging buffers (MAX_PLACED_READ each) kept per connection.
+const MAX_LARGE_STAGING: usize = 4;
 
 pub(crate) struct Session {
     pub(crate) conn: Arc<dyn Connection>,
     files: Mutex<HashMap<u64, Arc<OwnedFd>>>,
     next_fh: AtomicU64,
     staging: Mutex<Vec<Staging>>,
+    large_staging: Mutex<Vec<Staging>>,
 }
 
 impl Session {
@@ -38,6 +41,7 @@ impl Session {
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             staging: Mutex::new(Vec::new()),
+            large_staging: Mutex::new(Vec::new()),
         }
     }
 
@@ -59,11 +63,21 @@ impl Session {
         fh
     }
 
-    fn take_staging(&self) -> Result<Staging, Errno> {
-        if let Some(s) = self.staging.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+    fn pool(&self, len: usize) -> (&Mutex<Vec<Staging>>, usize, usize) {
+        if len <= MAX_IO {
+            (&self.staging, MAX_IO, MAX_STAGING)
+        } else {
+            (&self.large_staging, MAX_PLACED_READ, MAX_LARGE_STAGING)
+        }
+    }
+
+    /// A registered buffer of at least `len` bytes (len <= MAX_PLACED_READ).
+    fn take_staging(&self, len: usize) -> Result<Staging, Errno> {
+        let (pool, size, _) = self.pool(len);
+        if let Some(s) = pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(s);
         }
-        let mut mem = vec![0u8; MAX_IO].into_boxed_slice();
+        let mut mem = vec![0u8; size].into_boxed_slice();
         // SAFETY: `mem` is valid writable memory owned by the Staging that
         // also owns the region, and the region is dropped first.
         let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| {
@@ -74,8 +88,9 @@ impl Session {
     }
 
     fn put_staging(&self, s: Staging) {
-        let mut v = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        if v.len() < MAX_STAGING {
+        let (pool, _, keep) = self.pool(s.region.len());
+        let mut v = pool.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() < keep {
             v.push(s);
         }
     }
@@ -194,9 +209,9 @@ impl Session {
                 Ok(Payload::Read { n: n as u32, data })
             }
             Some(d) => {
-                let staging = self.take_staging()?;
-                // SAFETY: the staging memory is ours, at least MAX_IO >= len
-                // bytes long, and no one else uses it while we hold it.
+                let staging = self.take_staging(len)?;
+                // SAFETY: the staging memory is ours, at least `len` bytes
+                // long (take_staging), and no one else uses it while we hold it.
                 let buf = unsafe { std::slice::from_raw_parts_mut(staging.region.ptr(), len) };
                 let result = pread_full(f.as_raw_fd(), buf, offset).and_then(|n| {
                     if n > 0 {
