@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use hipfs_fusefs::{Credentials, Errno, Ino, Result};
 
-use super::super::super::proto::{Op, Payload, ReadDest, WireCred};
+use hipfs_rdma::{LocalRegion, TransportKind};
+
+use super::super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
 use super::super::{Link, RecvBuf};
 use super::{errno, wire_cred, RemoteFs};
 
@@ -171,17 +173,19 @@ impl RemoteFs {
         size: u32,
         cred: &Credentials,
     ) -> Result<Vec<u8>> {
-        let size = size.min(super::super::super::proto::MAX_IO as u32);
-        let buf: Mutex<Option<(Arc<Link>, RecvBuf)>> = Mutex::new(None);
+        let size = size.min(MAX_IO as u32);
+        if size == 0 {
+            return Ok(Vec::new());
+        }
+        let dest: Mutex<Option<(Arc<Link>, ReadTarget)>> = Mutex::new(None);
         let p = self.file_call(fh, cred, |sfh, link| {
-            let mut slot = buf.lock().unwrap_or_else(|p| p.into_inner());
+            let mut slot = dest.lock().unwrap_or_else(|p| p.into_inner());
             if slot.as_ref().is_none_or(|(l, _)| !Arc::ptr_eq(l, link)) {
-                let b = link.take_recv_buf().map_err(|_| libc::ENOMEM)?;
-                *slot = Some((link.clone(), b));
+                *slot = Some((link.clone(), ReadTarget::new(link, size as usize)?));
             }
             let region = slot
                 .as_ref()
-                .map(|(_, b)| b.region.descriptor())
+                .map(|(_, t)| t.descriptor())
                 .ok_or(libc::EIO)?;
             Ok(Op::Read {
                 fh: sfh,
@@ -190,19 +194,15 @@ impl RemoteFs {
                 dest: Some(ReadDest { region, offset: 0 }),
             })
         });
-        let slot = buf.into_inner().unwrap_or_else(|p| p.into_inner());
+        let slot = dest.into_inner().unwrap_or_else(|p| p.into_inner());
         match p {
             Ok(Payload::Read { n, data }) => {
-                let out = if data.is_empty() {
-                    slot.as_ref()
-                        .map(|(_, b)| b.bytes(n as usize).to_vec())
-                        .unwrap_or_default()
-                } else {
-                    data
+                let n = (n as usize).min(size as usize);
+                let out = match (data.is_empty(), slot) {
+                    (false, _) => data,
+                    (true, Some((link, target))) => target.into_data(&link, n),
+                    (true, None) => Vec::new(),
                 };
-                if let Some((link, b)) = slot {
-                    link.put_recv_buf(b);
-                }
                 self.bytes_read
                     .fetch_add(out.len() as u64, Ordering::Relaxed);
                 Ok(out)
@@ -224,7 +224,7 @@ impl RemoteFs {
     ) -> Result<usize> {
         let mut done = 0;
         while done < data.len() {
-            let chunk = &data[done..(done + super::super::super::proto::MAX_IO).min(data.len())];
+            let chunk = &data[done..(done + MAX_IO).min(data.len())];
             let p = self.file_call(fh, cred, |sfh, _| {
                 Ok(Op::Write {
                     fh: sfh,
@@ -264,5 +264,56 @@ impl RemoteFs {
         self.client
             .post(&wire_cred(cred), Op::Release { fh: sfh }, epoch);
         Ok(())
+    }
+}
+
+/// Where the server places one FUSE read.
+enum ReadTarget {
+    /// Over TCP registering is a table entry, so the reply's own vector is
+    /// registered and filled in place: no copy on this side.
+    Owned(Vec<u8>, Arc<LocalRegion>),
+    /// Over verbs registering pins memory (slow): a pooled buffer, copied out.
+    Pooled(RecvBuf),
+}
+
+impl ReadTarget {
+    fn new(link: &Link, size: usize) -> std::result::Result<ReadTarget, i32> {
+        if link.conn.kind() == TransportKind::Tcp {
+            // Zeroed, so whatever the server does every byte handed on is initialised.
+            let mut v = vec![0u8; size];
+            // SAFETY: the vector's heap buffer does not move while the
+            // region lives (the vector is only moved, never grown), and the
+            // region is dropped before the vector is handed on.
+            let region =
+                unsafe { link.conn.register(v.as_mut_ptr(), v.len()) }.map_err(|_| libc::ENOMEM)?;
+            Ok(ReadTarget::Owned(v, region))
+        } else {
+            link.take_recv_buf()
+                .map(ReadTarget::Pooled)
+                .map_err(|_| libc::ENOMEM)
+        }
+    }
+
+    fn descriptor(&self) -> hipfs_rdma::RemoteDescriptor {
+        match self {
+            ReadTarget::Owned(_, r) => r.descriptor(),
+            ReadTarget::Pooled(b) => b.region.descriptor(),
+        }
+    }
+
+    /// The first `n` bytes; a pooled buffer goes back to its link.
+    fn into_data(self, link: &Link, n: usize) -> Vec<u8> {
+        match self {
+            ReadTarget::Owned(mut v, region) => {
+                drop(region);
+                v.truncate(n);
+                v
+            }
+            ReadTarget::Pooled(b) => {
+                let out = b.bytes(n).to_vec();
+                link.put_recv_buf(b);
+                out
+            }
+        }
     }
 }
