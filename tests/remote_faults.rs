@@ -591,3 +591,26 @@ fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_ar
     drop(region);
     server.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn a_mount_whose_server_is_gone_unmounts_without_force() {
+    require_fuse!();
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    fs::write(export.path().join("f"), b"x").unwrap();
+    let port = free_port();
+    let mut server = spawn_server(export.path(), port, &[]);
+    let m = mount_remote(&format!("127.0.0.1:{port}"), mnt.path(), &opts("timeout=2")).unwrap();
+    assert_eq!(fs::read(mnt.path().join("f")).unwrap(), b"x");
+    kill9(&mut server);
+    // A call in flight while unmounting must not wedge the teardown.
+    let busy = {
+        let p = mnt.path().join("g");
+        std::thread::spawn(move || fs::metadata(p).is_err())
+    };
+    let t = Instant::now();
+    m.unmount().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    assert!(!hipfs_fusefs::is_mounted(mnt.path()).unwrap());
+    assert!(busy.join().unwrap());
+}
