@@ -31,10 +31,12 @@ enum Cmd {
     /// Measure throughput beside a ceiling measured in the same run.
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Print the per-path I/O counters of this process (mostly useful after a bench).
+    /// Print the counters of a hipfs mount's client (requests, failures,
+    /// reconnects, bytes), or without MOUNTPOINT this process's per-path I/O
+    /// counters (HIPFS_STATS=1 prints them at exit of any hipfs command).
     ///
-    /// Example: HIPFS_STATS=1 hipfs bench read /data/big.bin
-    Stats,
+    /// Example: hipfs stats /mnt/data
+    Stats(hipfs::cli::remote_cmds::StatsArgs),
     /// Export a directory to hipfs clients.
     Serve(hipfs::cli::remote_cmds::ServeArgs),
     /// Mount a hipfs export (or serve and mount a local directory with --local).
@@ -58,7 +60,7 @@ enum BenchCmd {
         #[arg(long)]
         gpu: bool,
         /// Bytes per library call for host memory (0 = the whole file in one call).
-        #[arg(long, default_value = "0", value_parser = parse_size)]
+        #[arg(long, default_value = "0", value_parser = hipfs::cli::parse_size)]
         request: u64,
         /// Threads of the host parallel-pread ceiling (default: CPUs).
         #[arg(long)]
@@ -85,7 +87,7 @@ enum BenchCmd {
         #[arg(long, default_value = "tcp")]
         kind: String,
         /// Bytes moved per measurement.
-        #[arg(long, default_value = "2G", value_parser = parse_size)]
+        #[arg(long, default_value = "2G", value_parser = hipfs::cli::parse_size)]
         size: u64,
         /// Lanes (TCP streams or queue pairs) per connection.
         #[arg(long, default_value_t = 4)]
@@ -98,15 +100,13 @@ enum BenchCmd {
     /// through the remote client directly (a local server on loopback).
     ///
     /// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
-    Mount {
-        file: PathBuf,
-        /// Generate FILE with this size first if it does not exist.
-        #[arg(long, value_parser = parse_size)]
-        create: Option<u64>,
-        /// Repetitions; the median is reported.
-        #[arg(long, default_value_t = 3)]
-        repeats: usize,
-    },
+    Mount(hipfs::cli::remote_cmds::BenchRemoteArgs),
+    /// A large file read with UserspaceFs handles (server straight into the
+    /// caller's memory, no FUSE) beside the loopback TCP ceiling and the
+    /// same read through the FUSE mount with an OpaqueFd handle.
+    ///
+    /// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
+    Userspace(hipfs::cli::remote_cmds::BenchRemoteArgs),
 }
 
 fn run_bench(cmd: BenchCmd) -> hipfs::Result<()> {
@@ -158,50 +158,9 @@ fn run_bench(cmd: BenchCmd) -> hipfs::Result<()> {
             lanes,
             repeats,
         } => hipfs::cli::bench::run_transport_bench(&kind, size, lanes, repeats),
-        BenchCmd::Mount {
-            file,
-            create,
-            repeats,
-        } => {
-            let opts = hipfs::remote::bench::MountBenchOptions {
-                file: file.clone(),
-                create_size: create,
-                repeats,
-            };
-            let rows = hipfs::remote::bench::bench_mount(&opts)
-                .map_err(|e| hipfs::Error::new(hipfs::OpError::IoNotSupported, e.to_string()))?;
-            hipfs::remote::bench::print_mount_table(
-                &format!("hipfs bench mount {} (median of {repeats})", file.display()),
-                &rows,
-            );
-            Ok(())
-        }
+        BenchCmd::Userspace(a) => hipfs::cli::remote_cmds::run_bench_userspace(&a),
+        BenchCmd::Mount(a) => hipfs::cli::remote_cmds::run_bench_mount(&a),
     }
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let unit = s[i..].to_ascii_uppercase();
-            let m = match unit.trim_end_matches("IB").trim_end_matches('B') {
-                "" => 1,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1u64 << 40,
-                _ => return Err(format!("unknown size unit in {s:?} (use K, M, G, T)")),
-            };
-            (&s[..i], m)
-        }
-        None => (s, 1),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size like 4096, 64K, 2G"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn main() -> ExitCode {
@@ -232,10 +191,7 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => hipfs::cli::remote_cmds::run_serve(&a),
         Cmd::Mount(a) => hipfs::cli::remote_cmds::run_mount(&a),
         Cmd::Umount(a) => hipfs::cli::remote_cmds::run_umount(&a),
-        Cmd::Stats => {
-            println!("{}", hipfs::stats::snapshot());
-            Ok(())
-        }
+        Cmd::Stats(a) => hipfs::cli::remote_cmds::run_stats(&a),
         Cmd::Bench(cmd) => run_bench(cmd).map(|()| {
             if std::env::var_os("HIPFS_STATS").is_some_and(|v| v == "1") {
                 println!("\n{}", hipfs::stats::snapshot());

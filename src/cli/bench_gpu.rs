@@ -6,6 +6,7 @@
 //! timed region): the device data is copied back and hashed per chunk
 //! against the file.
 
+use super::parse_size;
 use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, GpuRuntime};
 use crate::io::bounce_pool;
@@ -38,30 +39,6 @@ pub struct GpuBenchArgs {
     /// Measure writes from device memory instead of reads (set by `bench write`).
     #[arg(skip)]
     pub write: bool,
-}
-
-/// Parses 4096, 64K, 16M, 8G.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let mult: u64 = match s[split..]
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        "T" => 1 << 40,
-        u => return Err(format!("unknown size unit {u:?} in {s:?}")),
-    };
-    let n: u64 = s[..split]
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size like 64K, 16M, 8G"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 const CHUNK: usize = 16 << 20;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::parse_size;
+
 use crate::remote::mount::{mount_local, mount_remote, MountOptions};
 use crate::remote::server::{IdentityPolicy, ServeConfig, Server};
 use crate::remote::RemoteError;
@@ -326,34 +328,6 @@ pub struct BenchRemoteArgs {
     /// Bytes per library call (bench userspace).
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub request: u64,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.find(|c: char| c.is_ascii_alphabetic()) {
-        Some(i) => {
-            let m = match t[i..]
-                .to_ascii_uppercase()
-                .trim_end_matches("IB")
-                .trim_end_matches('B')
-            {
-                "" => 1u64,
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "G" => 1 << 30,
-                "T" => 1 << 40,
-                _ => return Err(format!("unknown size unit in {s:?} (use K, M, G, T)")),
-            };
-            (&t[..i], m)
-        }
-        None => (t, 1),
-    };
-    let n: u64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size like 64M or 2G"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> crate::remote::bench::MountBenchOptions {
