@@ -89,9 +89,10 @@ enum BenchCmd {
         /// Bytes moved per measurement.
         #[arg(long, default_value = "2G", value_parser = hipfs::cli::parse_size)]
         size: u64,
-        /// Lanes (TCP streams or queue pairs) per connection.
-        #[arg(long, default_value_t = 4)]
-        lanes: usize,
+        /// Lanes (TCP streams or queue pairs) per connection (default: 4, at
+        /// most one per CPU: more lanes than cores only add context switches).
+        #[arg(long)]
+        lanes: Option<usize>,
         /// Repetitions; the median is reported.
         #[arg(long, default_value_t = 3)]
         repeats: usize,
@@ -157,7 +158,11 @@ fn run_bench(cmd: BenchCmd) -> hipfs::Result<()> {
             size,
             lanes,
             repeats,
-        } => hipfs::cli::bench::run_transport_bench(&kind, size, lanes, repeats),
+        } => {
+            let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
+            let lanes = lanes.unwrap_or(cpus.min(4));
+            hipfs::cli::bench::run_transport_bench(&kind, size, lanes, repeats)
+        }
         BenchCmd::Userspace(a) => hipfs::cli::remote_cmds::run_bench_userspace(&a),
         BenchCmd::Mount(a) => hipfs::cli::remote_cmds::run_bench_mount(&a),
     }
