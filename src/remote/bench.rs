@@ -59,27 +59,6 @@ fn fnv(h: u64, b: &[u8]) -> u64 {
     h
 }
 
-fn create(file: &Path, size: u64) -> Result<(), RemoteError> {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(file)?);
-    let mut x = 0x9e3779b97f4a7c15u64;
-    let mut block = vec![0u8; 1 << 20];
-    let mut left = size;
-    while left > 0 {
-        for c in block.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-        }
-        let n = left.min(block.len() as u64) as usize;
-        f.write_all(&block[..n])?;
-        left -= n as u64;
-    }
-    f.flush()?;
-    Ok(())
-}
-
 /// Reads the whole file through the mount, 1 MiB per read(2), after
 /// dropping the mount's cached pages; returns (bytes, checksum, seconds).
 fn read_via_mount(path: &Path) -> Result<(u64, u64, f64), RemoteError> {
@@ -156,7 +135,8 @@ fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64)
 pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, RemoteError> {
     if !opts.file.exists() {
         match opts.create_size {
-            Some(n) => create(&opts.file, n)?,
+            Some(n) => crate::cli::bench::generate_file(&opts.file, n, false)
+                .map_err(|e| RemoteError::Config(e.to_string()))?,
             None => {
                 return Err(RemoteError::Config(format!(
                     "{} does not exist (pass --create SIZE to generate it)",
@@ -312,7 +292,8 @@ pub fn bench_userspace(
 ) -> Result<Vec<MountBenchRow>, RemoteError> {
     if !opts.file.exists() {
         match opts.create_size {
-            Some(n) => create(&opts.file, n)?,
+            Some(n) => crate::cli::bench::generate_file(&opts.file, n, false)
+                .map_err(|e| RemoteError::Config(e.to_string()))?,
             None => {
                 return Err(RemoteError::Config(format!(
                     "{} does not exist (pass --create SIZE to generate it)",
