@@ -90,8 +90,9 @@ PY
 }
 
 # Modules the guest loads, in dependency order (crc32_generic: rxe's ICRC
-# needs a crc32 implementation, without it `rdma link add` fails).
-MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_core ib_uverbs rdma_rxe rdma_cm rdma_ucm dummy"
+# needs a crc32 implementation, without it `rdma link add` fails; fuse: for
+# hipfs mounts in the guest, the host's /dev/fuse is not shared).
+MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_core ib_uverbs rdma_rxe rdma_cm rdma_ucm dummy fuse"
 
 prepare_initramfs() {
   local ver stamp tmp
@@ -120,11 +121,14 @@ mount -t proc none /proc; mount -t sysfs none /sys; mount -t devtmpfs none /dev
 exec >/dev/console 2>&1 </dev/console
 off() { sync; poweroff -f; }
 for m in $(cat /lib/modules/load-order); do insmod /lib/modules/$m 2>/dev/null; done
+# devtmpfs makes /dev/fuse when fuse loads; the node by hand if it did not.
+[ -e /dev/fuse ] || mknod -m 666 /dev/fuse c 10 229
 P="trans=virtio,version=9p2000.L,msize=1048576"
 mount -t 9p -o $P,cache=none run /mnt/run || { echo "vm-init: no run dir"; off; }
 mount -t 9p -o $P,ro,cache=loose host /mnt/root || { echo "vm-init: no host root"; off; }
 mount -t 9p -o $P,cache=none scratch /mnt/root/tmp || echo "vm-init: no /tmp share"
 for d in proc sys dev; do mount --bind /$d /mnt/root/$d; done
+mkdir -p /mnt/root/dev/pts /mnt/root/dev/shm
 mount -t devpts none /mnt/root/dev/pts 2>/dev/null
 mount -t tmpfs none /mnt/root/dev/shm 2>/dev/null
 mount -t tmpfs none /mnt/root/run

@@ -4,3 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bash mount-scripts/rdma-vm/ci-verbs-tests.sh
+bash mount-scripts/rdma-vm/ci-remote-verbs.sh

@@ -7,6 +7,7 @@
 
 mod creds;
 mod export;
+mod poster;
 mod resolve;
 mod session;
 
@@ -320,6 +321,11 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
 }
 
 fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
+    // Before the first credential switch (see poster.rs).
+    poster::start_companion(format!(
+        "{}-post",
+        std::thread::current().name().unwrap_or("hipfs-worker")
+    ));
     // The client applies the caller's umask; ours must not strip more bits.
     // umask is per process unless the thread has its own fs_struct, so take
     // one: a server embedded in another program (`hipfs mount --local`,
@@ -355,7 +361,8 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
             }),
         };
         if let Some(reply) = reply {
-            if let Err(e) = session.conn.send(&reply.encode()) {
+            let (conn, msg) = (session.conn.clone(), reply.encode());
+            if let Err(e) = poster::post(session.conn.as_ref(), move || conn.send(&msg)) {
                 log::debug!("reply to {}: {e}", session.conn.peer_addr());
             }
         }

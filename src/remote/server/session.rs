@@ -215,17 +215,24 @@ impl Session {
                 let buf = unsafe { std::slice::from_raw_parts_mut(staging.region.ptr(), len) };
                 let result = pread_full(f.as_raw_fd(), buf, offset).and_then(|n| {
                     if n > 0 {
-                        self.conn
-                            .write_remote(&staging.region, 0, n, &d.region, d.offset)
-                            .map_err(|e| {
-                                log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
-                                match e {
-                                    hipfs_rdma::Error::OutOfRange { .. }
-                                    | hipfs_rdma::Error::RemoteRejected(_)
-                                    | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
-                                    _ => libc::EIO,
-                                }
-                            })?;
+                        let (conn, src, dst, at) = (
+                            self.conn.clone(),
+                            staging.region.clone(),
+                            d.region,
+                            d.offset,
+                        );
+                        super::poster::post(self.conn.as_ref(), move || {
+                            conn.write_remote(&src, 0, n, &dst, at)
+                        })
+                        .map_err(|e| {
+                            log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
+                            match e {
+                                hipfs_rdma::Error::OutOfRange { .. }
+                                | hipfs_rdma::Error::RemoteRejected(_)
+                                | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
+                                _ => libc::EIO,
+                            }
+                        })?;
                     }
                     Ok(n)
                 });

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# ci-remote-verbs.sh - hipfs remote over the verbs transport, end to end, on
+# real (soft-RoCE) ibverbs inside a QEMU VM:
+#   1. tests/remote_verbs_vm.rs: a verbs-only server on rxe0, a FUSE mount
+#      with transport=verbs, UserspaceFs reads/writes into host memory at
+#      random offsets checked against the exported file, rxe0 packet counters;
+#   2. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
+#      transport=verbs` as separate processes, a file compared through the mount.
+# Builds on the host, runs in the VM (the host root is shared read-only).
+# Exit status: 0 only if both steps passed. Needs root (see run-in-vm.sh).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+
+# Step 2, inside the VM: ci-remote-verbs.sh --guest-cli HIPFS_BIN
+if [ "${1:-}" = "--guest-cli" ]; then
+  BIN=$2
+  [ "${HIPFS_VM:-}" = 1 ] || { echo "--guest-cli runs inside the VM only" >&2; exit 2; }
+  D=$(mktemp -d /dev/shm/hipfs-export.XXXX); M=$(mktemp -d /dev/shm/hipfs-mnt.XXXX)
+  ADDR=${HIPFS_VM_IP:-10.99.0.1}:7479
+  head -c 3000017 /dev/urandom > "$D/f"
+  "$BIN" serve "$D" --listen "$ADDR" --transport verbs --insecure 2>"$D.serve.log" &
+  SPID=$!
+  # || true: set -e applies inside the trap too and would replace our status.
+  trap 'umount -l "$M" 2>/dev/null || true; kill $SPID 2>/dev/null || true; wait $SPID 2>/dev/null || true' EXIT
+  ok=0
+  for _ in $(seq 50); do
+    if "$BIN" mount "$ADDR" "$M" -o transport=verbs,timeout=20 2>"$D.mount.log"; then ok=1; break; fi
+    sleep 0.2
+  done
+  [ $ok = 1 ] || { echo "hipfs mount -o transport=verbs failed:"; cat "$D.mount.log" "$D.serve.log"; exit 1; }
+  t0=$(date +%s.%N)
+  cmp "$D/f" "$M/f" || { echo "file differs through the verbs mount"; exit 1; }
+  t1=$(date +%s.%N)
+  echo "cli: 3000017 bytes read through 'hipfs mount -o transport=verbs' match ($(python3 -c "print(f'{3000017/($t1-$t0)/1e6:.1f}')") MB/s)"
+  echo "through the mount" > "$M/g" && [ "$(cat "$D/g")" = "through the mount" ] || { echo "write through the verbs mount lost"; exit 1; }
+  echo "cli: a write through the mount reached the export"
+  "$BIN" umount "$M"
+  exit 0
+fi
+
+cd "$REPO"
+echo "== building (cargo test -p hipfs --test remote_verbs_vm --no-run)"
+mapfile -t BINS < <(cargo test -p hipfs --test remote_verbs_vm --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    try: m = json.loads(l)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and (m["target"]["name"], m["target"]["kind"][0]) in (("remote_verbs_vm", "test"), ("hipfs", "bin")):
+        print(m["target"]["name"], m["executable"])')
+TEST=""; HIPFS=""
+for b in "${BINS[@]}"; do
+  case ${b%% *} in remote_verbs_vm) TEST=${b#* } ;; hipfs) HIPFS=${b#* } ;; esac
+done
+[ -n "$TEST" ] && [ -n "$HIPFS" ] || { echo "could not find the test binary or hipfs (build failed?)" >&2; exit 1; }
+
+fail=0
+echo "== UserspaceFs over verbs (tests/remote_verbs_vm.rs) in the soft-RoCE VM"
+# One thread: each test boots a server and a mount; two vCPUs under TCG.
+"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e RUST_BACKTRACE=1 -- "$TEST" --test-threads=1 --nocapture || fail=1
+
+echo "== hipfs serve/mount --transport verbs (CLI) in the soft-RoCE VM"
+"$HERE/run-in-vm.sh" -t 300 -- "$HERE/ci-remote-verbs.sh" --guest-cli "$HIPFS" || fail=1
+
+[ $fail = 0 ] && echo "== remote over verbs: all steps passed" || echo "== remote over verbs: FAILED" >&2
+exit $fail
