@@ -228,7 +228,7 @@ fn userspace_writes_over_verbs_at_random_offsets_land_in_the_exported_file() {
 }
 
 #[test]
-fn several_threads_on_one_verbs_handle_read_correct_bytes() {
+fn several_threads_on_one_verbs_handle_and_own_handles_on_one_file_read_correct_bytes() {
     require_vm!();
     let _d = Driver::open().unwrap();
     let fx = VerbsFixture::new();
@@ -238,15 +238,17 @@ fn several_threads_on_one_verbs_handle_read_correct_bytes() {
     let one = open_us(&fx.m("shared"), libc::O_RDONLY);
     std::thread::scope(|s| {
         for t in 0..4u64 {
-            let (one, data) = (&one, &data);
+            let (one, data, fx) = (&one, &data, &fx);
             s.spawn(move || {
+                let own = open_us(&fx.m("shared"), libc::O_RDONLY);
                 let mut mem = vec![0u8; 256 << 10];
                 let buf = Buffer::from_slice(&mut mem, 0);
                 let mut x = t + 1;
-                for _ in 0..10 {
+                for i in 0..10 {
+                    let h = if i % 2 == 0 { one } else { &own };
                     let len = (lcg(&mut x) % (256 << 10)) as usize + 1;
                     let off = lcg(&mut x) % size as u64;
-                    let n = one.read(&buf, len, off as i64, 0).unwrap();
+                    let n = h.read(&buf, len, off as i64, 0).unwrap();
                     assert_eq!(n, (size - off as usize).min(len));
                     // SAFETY: as above.
                     let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
