@@ -186,3 +186,98 @@ fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
     unsafe { libc::kill(server.id() as i32, libc::SIGKILL) };
     let _ = server.wait();
 }
+
+#[test]
+fn a_buffer_registered_for_rdma_after_binding_carries_the_connections_descriptor_and_reads_land_in_it(
+) {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = (3 << 20) + 777;
+    let data = pattern(55, size);
+    fs::write(fx.e("desc"), &data).unwrap();
+    let fh = open_us(&fx.m("desc"), libc::O_RDONLY);
+    let mut mem = vec![0u8; 4 << 20];
+    let base = mem.as_mut_ptr() as usize;
+    let len = mem.len();
+    let buf = Buffer::from_slice(&mut mem, hipfs::buffer::RDMA_REGISTER);
+    buf.register().unwrap();
+    let reg = hipfs::buffer::lookup(base).unwrap();
+    let desc = reg
+        .rdma_desc
+        .get()
+        .expect("a connected hipfs client gives the buffer a descriptor at registration");
+    let d = hipfs_rdma::RemoteDescriptor::parse(desc).unwrap();
+    assert_eq!((d.addr, d.len), (base as u64, len as u64), "{desc}");
+    // Fixture mounts and serves with transport=tcp.
+    assert_eq!(d.transport, hipfs_rdma::DescriptorTransport::Tcp, "{desc}");
+    assert!(
+        !reg.rdma_keepalive.lock().unwrap().is_empty(),
+        "the transport registration is kept with the buffer"
+    );
+    drop(reg);
+    // Reads at offsets inside the buffer use that registration.
+    let mut x = 3u64;
+    for i in 0..30 {
+        let n_want = (lcg(&mut x) % (2 << 20)) as usize + 1;
+        let boff = (lcg(&mut x) as usize) % (len - n_want);
+        let off = if i == 0 {
+            size as u64 - 100
+        } else {
+            lcg(&mut x) % size as u64
+        };
+        let n = fh.read(&buf, n_want, off as i64, boff as i64).unwrap();
+        let want = (size as u64 - off).min(n_want as u64) as usize;
+        assert_eq!(n, want, "read {n_want} at {off} into +{boff}");
+        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
+        let got = unsafe { std::slice::from_raw_parts(buf.ptr().add(boff), n) };
+        assert!(
+            got == &data[off as usize..off as usize + n],
+            "bytes of read {i}"
+        );
+    }
+}
+
+#[test]
+fn a_buffer_registered_for_rdma_before_any_client_is_registered_on_first_read() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let data = pattern(56, 1 << 20);
+    fs::write(fx.e("lazy"), &data).unwrap();
+    // Registered before this test's client exists (another test's client
+    // may give it a descriptor; the unit tests in direct.rs check that the
+    // first read registers it on the new connection).
+    let mut mem = vec![0u8; 1 << 20];
+    let base = mem.as_mut_ptr() as usize;
+    let buf = Buffer::from_slice(&mut mem, hipfs::buffer::RDMA_REGISTER);
+    buf.register().unwrap();
+    let fh = open_us(&fx.m("lazy"), libc::O_RDONLY);
+    assert_eq!(fh.read(&buf, 1 << 20, 0, 0).unwrap(), 1 << 20);
+    // SAFETY: as above.
+    assert!(unsafe { std::slice::from_raw_parts(buf.ptr(), 1 << 20) } == &data[..]);
+    let reg = hipfs::buffer::lookup(base).unwrap();
+    let d = hipfs_rdma::RemoteDescriptor::parse(reg.rdma_desc.get().unwrap()).unwrap();
+    assert_eq!((d.addr, d.len), (base as u64, 1 << 20));
+}
+
+#[test]
+fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    fs::write(fx.e("t"), b"transport").unwrap();
+    let fh = open_us(&fx.m("t"), libc::O_RDONLY);
+    let client =
+        hipfs::remote::client::shared_client(hipfs::remote::client::ClientConfig::new(&fx.addr))
+            .unwrap();
+    assert_eq!(client.transport(), hipfs_rdma::TransportKind::Tcp);
+    let mut mem = vec![0u8; 9];
+    let buf = Buffer::from_slice(&mut mem, 0);
+    assert_eq!(fh.read(&buf, 9, 0, 0).unwrap(), 9);
+    // SAFETY: as above.
+    assert_eq!(
+        unsafe { std::slice::from_raw_parts(buf.ptr(), 9) },
+        b"transport"
+    );
+}

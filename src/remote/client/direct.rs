@@ -15,9 +15,13 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use hipfs_rdma::TransportKind;
+
 use super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
-use super::{shared_client, ClientConfig, Link, RemoteClient};
+use super::{registration_containing, shared_client, ClientConfig, Link, RemoteClient};
+use crate::buffer::RDMA_REGISTER;
 use crate::error::{Error, OpError, Result};
+use crate::gpu::MemoryKind;
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 
 /// What the mount tells a process about an open file (the identify ioctl's payload).
@@ -29,6 +33,8 @@ pub struct FileIdentity {
     pub path: Vec<u8>,
     pub ino: u64,
     pub token_file: Option<PathBuf>,
+    /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
+    pub transport: TransportKind,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -51,12 +57,13 @@ impl FileIdentity {
     /// Text form: a header line, then `key=value` lines (binary values hex).
     pub fn encode(&self) -> Vec<u8> {
         let mut s = format!(
-            "{}\nserver={}\nexport={}\nino={}\npath={}\n",
+            "{}\nserver={}\nexport={}\nino={}\npath={}\ntransport={}\n",
             Self::HEADER,
             self.server,
             hex(self.export.as_bytes()),
             self.ino,
-            hex(&self.path)
+            hex(&self.path),
+            self.transport
         );
         if let Some(t) = &self.token_file {
             s.push_str(&format!(
@@ -79,6 +86,7 @@ impl FileIdentity {
             path: Vec::new(),
             ino: 0,
             token_file: None,
+            transport: TransportKind::Auto,
         };
         for l in lines {
             let (k, v) = l.split_once('=')?;
@@ -87,6 +95,7 @@ impl FileIdentity {
                 "export" => id.export = String::from_utf8(unhex(v)?).ok()?,
                 "ino" => id.ino = v.parse().ok()?,
                 "path" => id.path = unhex(v)?,
+                "transport" => id.transport = v.parse().ok()?,
                 "token_file" => {
                     use std::os::unix::ffi::OsStringExt;
                     id.token_file = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
@@ -184,14 +193,7 @@ impl RemoteFile {
             &self.cred,
             |link| {
                 let fh = self.server_fh(link)?;
-                // SAFETY: [ptr, ptr+len) is the caller's buffer, valid and
-                // not otherwise used for the duration of this read; the
-                // region dies when this request returns (its Arc is held by
-                // the closure's caller only until then).
-                let region = unsafe { link.conn.register(ptr, len) }.map_err(|e| {
-                    log::warn!("cannot register the destination buffer: {e}");
-                    libc::ENOMEM
-                })?;
+                let (region, at) = destination(link, ptr, len)?;
                 let desc = region.descriptor();
                 // Keep the region registered while the request is in flight.
                 REGIONS.with(|r| r.borrow_mut().push(region));
@@ -201,7 +203,7 @@ impl RemoteFile {
                     len: len as u32,
                     dest: Some(ReadDest {
                         region: desc,
-                        offset: 0,
+                        offset: at,
                     }),
                 })
             },
@@ -249,6 +251,42 @@ impl Drop for RemoteFile {
             self.client.post(&self.cred, Op::Release { fh }, epoch);
         }
     }
+}
+
+/// Where the server places a read into `[ptr, ptr+len)`: the region and
+/// the offset in it. A buffer registered with `RDMA_REGISTER` uses its own
+/// registration on `link` (made on first use if the buffer was registered
+/// before this link existed); other memory is registered for this request.
+fn destination(
+    link: &Arc<Link>,
+    ptr: *mut u8,
+    len: usize,
+) -> std::result::Result<(Arc<hipfs_rdma::LocalRegion>, u64), i32> {
+    let reg = registration_containing(ptr as usize, len)
+        .filter(|b| b.flags & RDMA_REGISTER != 0 && b.info.kind != MemoryKind::Device);
+    if let Some(b) = reg {
+        match link.buffer_region(&b) {
+            Ok(region) => {
+                // Registered lazily: from now on the buffer carries this
+                // transport's descriptor (unless it already had one).
+                let _ = b.rdma_desc.set(region.descriptor().to_desc_string());
+                return Ok((region, (ptr as usize - b.base) as u64));
+            }
+            Err(e) => log::warn!(
+                "cannot register buffer {:#x} with {}: {e}; registering per request",
+                b.base,
+                link.conn.peer_addr()
+            ),
+        }
+    }
+    // SAFETY: [ptr, ptr+len) is the caller's buffer, valid and not
+    // otherwise used for the duration of this read; the region dies when
+    // this request returns (REGIONS holds it only until then).
+    let region = unsafe { link.conn.register(ptr, len) }.map_err(|e| {
+        log::warn!("cannot register the destination buffer: {e}");
+        libc::ENOMEM
+    })?;
+    Ok((region, 0))
 }
 
 thread_local! {
@@ -382,6 +420,7 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         )
     })?;
     let mut cfg = ClientConfig::new(&id.server);
+    cfg.transport = id.transport;
     // How long a direct read waits for an absent server (default 30 s).
     if let Some(secs) = std::env::var("HIPFS_REMOTE_TIMEOUT")
         .ok()
@@ -420,6 +459,7 @@ mod tests {
             path: b"a/b c".to_vec(),
             ino: 42,
             token_file: Some("/etc/hipfs/token".into()),
+            transport: TransportKind::Tcp,
         };
         assert_eq!(FileIdentity::decode(&id.encode()), Some(id.clone()));
         let evil = FileIdentity {
@@ -428,5 +468,87 @@ mod tests {
         };
         assert_eq!(FileIdentity::decode(&evil.encode()), None);
         assert_eq!(FileIdentity::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn identity_from_a_mount_without_a_transport_line_decodes_as_auto() {
+        // The payload mounts sent before the transport line existed.
+        let old = format!(
+            "hipfs-file v1\nserver=127.0.0.1:7471\nexport={}\nino=7\npath={}\n",
+            hex(b"/srv"),
+            hex(b"f")
+        );
+        let id = FileIdentity::decode(old.as_bytes()).unwrap();
+        assert_eq!(id.transport, TransportKind::Auto);
+        assert_eq!((id.ino, id.path.as_slice()), (7, &b"f"[..]));
+        let verbs = FileIdentity {
+            transport: TransportKind::Verbs,
+            ..id
+        };
+        let enc = String::from_utf8(verbs.encode()).unwrap();
+        assert!(enc.contains("\ntransport=verbs\n"), "{enc}");
+        assert_eq!(FileIdentity::decode(enc.as_bytes()), Some(verbs));
+        let bad = enc.replace("transport=verbs", "transport=carrier-pigeon");
+        assert_eq!(FileIdentity::decode(bad.as_bytes()), None);
+    }
+
+    fn tcp_server() -> (tempfile::TempDir, crate::remote::server::Server) {
+        let export = tempfile::tempdir().unwrap();
+        let mut cfg = crate::remote::server::ServeConfig::new(export.path(), "127.0.0.1:0");
+        cfg.transport = TransportKind::Tcp;
+        let server = crate::remote::server::Server::start(cfg).unwrap();
+        (export, server)
+    }
+
+    fn tcp_client(addr: &str) -> Arc<RemoteClient> {
+        let mut cc = ClientConfig::new(addr);
+        cc.transport = TransportKind::Tcp;
+        shared_client(cc).unwrap()
+    }
+
+    #[test]
+    fn rdma_registered_buffers_are_registered_once_per_link_and_reads_target_them() {
+        let (_export, server) = tcp_server();
+        let mut early = vec![0u8; 1 << 20];
+        let early_base = early.as_mut_ptr() as usize;
+        // Registered before this server's client exists: nothing on its link yet.
+        let early_reg =
+            crate::buffer::buf_register(early_base, early.len(), RDMA_REGISTER).unwrap();
+        let client = tcp_client(server.local_addr());
+        let link = client.link().unwrap();
+        // The first read into it registers the whole buffer on this link...
+        let (r1, at1) = destination(&link, early.as_mut_ptr().wrapping_add(4096), 8192).unwrap();
+        assert_eq!(
+            (r1.addr(), r1.len(), at1),
+            (early_base as u64, 1 << 20, 4096)
+        );
+        // ...and later reads reuse that registration.
+        let (r2, at2) = destination(&link, early.as_mut_ptr().wrapping_add(100), 10).unwrap();
+        assert!(Arc::ptr_eq(&r1, &r2));
+        assert_eq!(at2, 100);
+        assert!(early_reg.rdma_desc.get().is_some());
+
+        // Registered while the client is connected: the hook registers it now
+        // and the descriptor is this transport's.
+        let mut late = vec![0u8; 65536];
+        let late_base = late.as_mut_ptr() as usize;
+        let late_reg = crate::buffer::buf_register(late_base, late.len(), RDMA_REGISTER).unwrap();
+        let d = hipfs_rdma::RemoteDescriptor::parse(late_reg.rdma_desc.get().unwrap()).unwrap();
+        assert_eq!((d.addr, d.len), (late_base as u64, 65536));
+        assert_eq!(d.transport, hipfs_rdma::DescriptorTransport::Tcp);
+        let (r3, _) = destination(&link, late.as_mut_ptr(), 65536).unwrap();
+        assert_eq!(r3.descriptor().addr, d.addr);
+        assert!(!late_reg.rdma_keepalive.lock().unwrap().is_empty());
+
+        // Memory not registered with RDMA_REGISTER is registered per request.
+        let mut plain = vec![0u8; 8192];
+        let plain_base = plain.as_mut_ptr() as usize;
+        crate::buffer::buf_register(plain_base, plain.len(), 0).unwrap();
+        let (r4, at4) = destination(&link, plain.as_mut_ptr().wrapping_add(10), 100).unwrap();
+        assert_eq!((r4.addr(), r4.len(), at4), (plain_base as u64 + 10, 100, 0));
+
+        for b in [early_base, late_base, plain_base] {
+            crate::buffer::buf_deregister(b).unwrap();
+        }
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use hipfs_rdma::{Connection, LocalRegion};
@@ -15,6 +15,8 @@ use super::super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Welcome
 use super::super::server::transport_config;
 use super::super::RemoteError;
 use super::ClientConfig;
+use crate::buffer::RegisteredBuffer;
+use crate::gpu::MemoryKind;
 
 /// A receive buffer registered on a link: the server places read data in it.
 pub(crate) struct RecvBuf {
@@ -27,6 +29,14 @@ impl RecvBuf {
     pub(crate) fn bytes(&self, n: usize) -> &[u8] {
         &self.mem[..n.min(self.mem.len())]
     }
+}
+
+/// A driver-registered buffer's registration on one link, kept in the
+/// buffer's `rdma_keepalive` so it lives exactly as long as the buffer
+/// registration (or until the link dies and a newer one replaces it).
+pub(crate) struct BufferRegion {
+    link: Weak<Link>,
+    region: Arc<LocalRegion>,
 }
 
 /// Most receive buffers kept per link.
@@ -210,4 +220,51 @@ impl Link {
             v.push(b);
         }
     }
+
+    /// The registration of all of `buf` on this link, made now if the
+    /// buffer has none here yet. Registrations on dead links are dropped on
+    /// the way: their keys mean nothing to any live connection.
+    pub(crate) fn buffer_region(
+        self: &Arc<Self>,
+        buf: &RegisteredBuffer,
+    ) -> Result<Arc<LocalRegion>, RemoteError> {
+        if buf.info.kind == MemoryKind::Device {
+            // Device memory needs the dmabuf or peer-memory registration,
+            // which needs the GPU runtime; the TCP transport would write
+            // through a pointer the CPU cannot use.
+            return Err(RemoteError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "device memory cannot be registered with the hipfs client yet",
+            )));
+        }
+        let mut keep = buf.rdma_keepalive.lock().unwrap_or_else(|p| p.into_inner());
+        keep.retain(|k| {
+            (**k)
+                .downcast_ref::<BufferRegion>()
+                .is_none_or(|r| r.link.upgrade().is_some_and(|l| !l.is_dead()))
+        });
+        let mine = keep
+            .iter()
+            .filter_map(|k| (**k).downcast_ref::<BufferRegion>())
+            .find(|r| std::ptr::eq(r.link.as_ptr(), Arc::as_ptr(self)));
+        if let Some(r) = mine {
+            return Ok(r.region.clone());
+        }
+        // SAFETY: the driver registration promises [base, base+len) stays
+        // valid while it is registered; the region is kept in the
+        // registration's keepalive, dropped with it, and only used while a
+        // request that lends (part of) this memory is in flight.
+        let region = unsafe { self.conn.register(buf.base as *mut u8, buf.len) }?;
+        keep.push(Box::new(BufferRegion {
+            link: Arc::downgrade(self),
+            region: region.clone(),
+        }));
+        Ok(region)
+    }
+}
+
+/// The driver registration that holds all of `[ptr, ptr+len)`, if any.
+pub(crate) fn registration_containing(ptr: usize, len: usize) -> Option<Arc<RegisteredBuffer>> {
+    crate::driver::with_state(|s| s.buffers.range(..=ptr).next_back().map(|(_, b)| b.clone()))
+        .filter(|b| b.contains(ptr, len))
 }

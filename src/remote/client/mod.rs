@@ -23,7 +23,7 @@ use hipfs_rdma::TransportKind;
 use super::auth::Token;
 use super::proto::{Op, Payload, Request, WireCred};
 use super::RemoteError;
-pub(crate) use link::{Link, RecvBuf};
+pub(crate) use link::{registration_containing, Link, RecvBuf};
 
 /// How a client reaches its server.
 #[derive(Clone, Debug)]
@@ -106,6 +106,11 @@ impl RemoteClient {
     /// The server address.
     pub fn server(&self) -> &str {
         &self.cfg.server
+    }
+
+    /// The transport this client was configured with (`transport=`).
+    pub fn transport(&self) -> TransportKind {
+        self.cfg.transport
     }
 
     /// Whether the server exports read-only (as of the last connection).
@@ -292,6 +297,9 @@ static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());
 
 /// The process-wide client for `cfg.server`, connecting on first use.
 pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
+    // From the first client on, buffers registered with RDMA_REGISTER are
+    // registered with every connected client's transport at once.
+    crate::rdma_hooks::add_rdma_register_hook(register_with_clients);
     let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(c) = v.iter().find(|c| c.cfg.server == cfg.server) {
         return Ok(c.clone());
@@ -299,4 +307,36 @@ pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError
     let c = RemoteClient::connect(cfg)?;
     v.push(c.clone());
     Ok(c)
+}
+
+/// The rdma hook: registers `buf` on the live link of every process-wide
+/// client and gives it the first one's descriptor, so that `desc_str` (C
+/// ABI) and `UserspaceBuf::Rdma` carry the transport's own descriptor.
+/// Clients that connect later register the buffer on first use (see
+/// [`direct`]).
+fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
+    if buf.info.kind == crate::gpu::MemoryKind::Device {
+        log::debug!(
+            "buffer {:#x}: device memory is not registered with hipfs clients",
+            buf.base
+        );
+        return;
+    }
+    let clients: Vec<Arc<RemoteClient>> = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for c in clients {
+        let Some(link) = c.current() else { continue };
+        match link.buffer_region(buf) {
+            Ok(r) => {
+                // The first client's descriptor wins; the others are used
+                // through the registration itself.
+                let _ = buf.rdma_desc.set(r.descriptor().to_desc_string());
+            }
+            Err(e) => log::warn!(
+                "{}: cannot register buffer {:#x} ({} bytes): {e}",
+                c.cfg.server,
+                buf.base,
+                buf.len
+            ),
+        }
+    }
 }

@@ -161,6 +161,7 @@ impl RemoteFs {
             path,
             ino,
             token_file: self.client.cfg.token_file.clone(),
+            transport: self.client.cfg.transport,
         };
         Some(id.encode())
     }
