@@ -281,3 +281,33 @@ fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
         b"transport"
     );
 }
+
+#[test]
+fn the_c_abi_gives_host_buffers_the_transports_descriptor_while_a_hipfs_client_is_connected() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    fs::write(fx.e("c"), b"c abi").unwrap();
+    let _fh = open_us(&fx.m("c"), libc::O_RDONLY);
+    let mut mem = vec![0u8; 12288];
+    let base = mem.as_mut_ptr() as usize;
+    let st = hipfs::capi::hipFileBufRegister(
+        mem.as_ptr().cast(),
+        mem.len(),
+        hipfs::buffer::RDMA_REGISTER,
+    );
+    assert_eq!(st.err, 0, "hipFileBufRegister failed: {}", st.err);
+    let desc = hipfs::buffer::lookup(base)
+        .unwrap()
+        .rdma_desc
+        .get()
+        .unwrap()
+        .clone();
+    // Not the process-local `hipfs-rdma:v1:host:` fallback: what `desc_str`
+    // hands a hipFileFSOps_t filesystem is the connection's own descriptor.
+    assert!(desc.starts_with("hipfs-rdma:v1:tcp:"), "{desc}");
+    let d = hipfs_rdma::RemoteDescriptor::parse(&desc).unwrap();
+    assert_eq!((d.addr, d.len), (base as u64, 12288));
+    let st = hipfs::capi::hipFileBufDeregister(mem.as_ptr().cast());
+    assert_eq!(st.err, 0);
+}
