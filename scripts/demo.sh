@@ -58,6 +58,9 @@ else
     HIPFS_STATS=1 "$BIN" bench read "$MNT/shard-0.bin" --repeats 3 --quiet
 fi
 
+echo "== UserspaceFs: the library reads the shard straight from the server (no FUSE on the data path)"
+"$BIN" bench userspace "$DATA/shard-0.bin" --repeats 1 --request 16M
+
 echo "== unmount"
 "$BIN" umount "$MNT"
 ! mountpoint -q "$MNT"
