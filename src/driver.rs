@@ -101,6 +101,14 @@ pub(crate) fn active_config() -> Option<Arc<Config>> {
     with_state(|s| (s.use_count > 0).then(|| Arc::clone(&s.active)))
 }
 
+/// For one I/O: the active configuration and the buffer registered at
+/// `base`, under one lock; `None` when the driver is closed.
+pub(crate) fn io_context(base: usize) -> Option<(Arc<Config>, Option<Arc<RegisteredBuffer>>)> {
+    with_state(|s| {
+        (s.use_count > 0).then(|| (Arc::clone(&s.active), s.buffers.get(&base).cloned()))
+    })
+}
+
 /// The active configuration, or the staged one when the driver is closed.
 pub fn current_config() -> Arc<Config> {
     with_state(|s| {

@@ -247,15 +247,7 @@ impl FileHandle {
         file_offset: i64,
         buffer_offset: i64,
     ) -> Result<usize> {
-        let file = self.registered()?;
-        check_buffer_range(buffer, size, buffer_offset)?;
-        crate::io::read(
-            &file,
-            buffer.ptr() as usize,
-            size,
-            file_offset,
-            buffer_offset,
-        )
+        self.transfer(crate::io::read, buffer, size, file_offset, buffer_offset)
     }
 
     /// Writes `size` bytes from `buffer` at `buffer_offset` to `file_offset`.
@@ -266,9 +258,20 @@ impl FileHandle {
         file_offset: i64,
         buffer_offset: i64,
     ) -> Result<usize> {
+        self.transfer(crate::io::write, buffer, size, file_offset, buffer_offset)
+    }
+
+    fn transfer(
+        &self,
+        op: fn(&RegisteredFile, usize, usize, i64, i64) -> Result<usize>,
+        buffer: &crate::Buffer<'_>,
+        size: usize,
+        file_offset: i64,
+        buffer_offset: i64,
+    ) -> Result<usize> {
         let file = self.registered()?;
         check_buffer_range(buffer, size, buffer_offset)?;
-        crate::io::write(
+        op(
             &file,
             buffer.ptr() as usize,
             size,

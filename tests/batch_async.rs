@@ -3,6 +3,9 @@
 //! operation that stays in flight, a userspace filesystem whose reads wait
 //! at a gate the test opens.
 
+mod common;
+
+use common::pattern;
 use hipfs::batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
 use hipfs::handle::{handle_deregister, handle_register};
 use hipfs::stream::{read_async, stream_deregister, stream_register, write_async, AsyncArgs};
@@ -77,31 +80,11 @@ impl Drop for TestStream {
     }
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
-}
-
 /// A file with `data` in a temp dir on the target's disk (not tmpfs, so
 /// the O_DIRECT path is exercised where the filesystem allows it).
 fn file_with(tag: &str, data: &[u8]) -> (tempfile::TempDir, PathBuf) {
-    let base = std::env::var_os("HIPFS_TEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    std::fs::create_dir_all(&base).unwrap();
-    let dir = tempfile::Builder::new()
-        .prefix(tag)
-        .tempdir_in(base)
-        .unwrap();
-    let path = dir.path().join("data");
-    std::fs::write(&path, data).unwrap();
+    let dir = common::scratch_dir(tag);
+    let path = common::write_file(dir.path(), "data", data);
     (dir, path)
 }
 

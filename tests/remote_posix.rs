@@ -459,7 +459,6 @@ fn fds_on(target: &Path) -> usize {
 fn closing_files_releases_the_servers_descriptors() {
     require_fuse!();
     let _d = hipfs::Driver::open().unwrap();
-    hipfs::remote::install_userspace_resolver();
     let fx = Fixture::new();
     fs::write(fx.e("f"), b"data").unwrap();
     let target = fx.e("f").canonicalize().unwrap();

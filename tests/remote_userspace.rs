@@ -21,7 +21,6 @@ fn lcg(x: &mut u64) -> u64 {
 }
 
 fn open_us(path: &std::path::Path, flags: i32) -> FileHandle {
-    hipfs::remote::install_userspace_resolver();
     let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
     fh.open().unwrap();
     fh
@@ -130,7 +129,6 @@ fn userspace_writes_at_random_offsets_land_in_the_exported_file() {
 #[test]
 fn userspace_registration_of_a_file_outside_any_hipfs_mount_is_refused_with_io_not_supported() {
     let _d = Driver::open().unwrap();
-    hipfs::remote::install_userspace_resolver();
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("plain"), b"local").unwrap();
     let mut fh = FileHandle::new(

@@ -131,7 +131,6 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 }
 
 fn open_us(path: &Path, flags: i32) -> FileHandle {
-    hipfs::remote::install_userspace_resolver();
     let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
     fh.open().unwrap();
     fh
@@ -283,7 +282,6 @@ fn a_verbs_only_server_does_not_answer_a_tcp_client() {
 fn userspace_registration_of_a_file_outside_any_hipfs_mount_is_refused_in_the_vm() {
     require_vm!();
     let _d = Driver::open().unwrap();
-    hipfs::remote::install_userspace_resolver();
     // A hipfs mount exists in this process, the file is just not on it.
     let _fx = VerbsFixture::new();
     let dir = scratch();

@@ -15,9 +15,6 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _hipfile(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    // USERSPACE_FS handles on files of a hipfs mount reach the server
-    // directly; the resolver that recognises them is opt-in in the core.
-    hipfs::remote::install_userspace_resolver();
     m.add_function(wrap_pyfunction!(api::get_version, m)?)?;
     m.add_function(wrap_pyfunction!(api::driver_get_properties, m)?)?;
     m.add_function(wrap_pyfunction!(api::driver_open, m)?)?;

@@ -81,9 +81,10 @@ fn checksum(data: &[u8]) -> u64 {
     h
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// The median of a benchmark's repetitions (the default value when there are none).
+pub(crate) fn median<T: Copy + PartialOrd + Default>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn parallel_pread(path: &Path, dst: &mut [u8], threads: usize) -> Result<()> {

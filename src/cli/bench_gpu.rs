@@ -6,6 +6,7 @@
 //! timed region): the device data is copied back and hashed per chunk
 //! against the file.
 
+use super::bench::median;
 use super::parse_size;
 use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, GpuRuntime};
@@ -45,11 +46,6 @@ const CHUNK: usize = 16 << 20;
 
 fn gib(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / (1u64 << 30) as f64
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn threads() -> usize {

@@ -14,7 +14,6 @@ use crate::gpu::{self, MemoryKind};
 use crate::handle::{FileBackend, RegisteredFile};
 use crate::stats::{self, IoPath};
 use crate::userspace::UserspaceBuf;
-use std::sync::Arc;
 
 /// Direction of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +37,8 @@ fn validate(
     size: usize,
     file_offset: i64,
     buffer_offset: i64,
-) -> Result<(usize, u64, Option<Arc<buffer::RegisteredBuffer>>)> {
+    reg: Option<&buffer::RegisteredBuffer>,
+) -> Result<(usize, u64)> {
     if base == 0 {
         return Err(Error::new(OpError::InvalidValue, "buffer pointer is null"));
     }
@@ -53,8 +53,7 @@ fn validate(
         .checked_add(boff)
         .filter(|m| m.checked_add(size).is_some())
         .ok_or_else(|| Error::new(OpError::InvalidValue, "buffer offset + size overflows"))?;
-    let reg = buffer::lookup(base);
-    if let Some(r) = &reg {
+    if let Some(r) = reg {
         if boff.checked_add(size).is_none_or(|end| end > r.len) {
             return Err(Error::new(
                 OpError::InvalidValue,
@@ -65,7 +64,7 @@ fn validate(
             ));
         }
     }
-    Ok((mem, foff, reg))
+    Ok((mem, foff))
 }
 
 /// Reads into `base + buffer_offset`; returns bytes read (short only at EOF).
@@ -98,9 +97,10 @@ fn transfer(
     file_offset: i64,
     buffer_offset: i64,
 ) -> Result<usize> {
-    let config = crate::driver::active_config()
+    // One lock for both: this runs on every I/O.
+    let (config, reg) = crate::driver::io_context(base)
         .ok_or_else(|| Error::new(OpError::DriverNotInitialized, "the driver is not open"))?;
-    let (mem, foff, reg) = validate(base, size, file_offset, buffer_offset)?;
+    let (mem, foff) = validate(base, size, file_offset, buffer_offset, reg.as_deref())?;
     if size == 0 {
         return Ok(0);
     }
@@ -168,70 +168,59 @@ fn userspace_transfer(
     Ok(n)
 }
 
-/// Splits `[off, off+size)` at multiples of `chunk` and runs `each(index,
-/// chunk_offset, chunk_len, mem_offset)` on the worker pool; returns the
-/// contiguous prefix of bytes moved (stopping at the first short chunk), or
-/// the first error when nothing moved.
-pub(crate) fn run_chunks(
+/// `[off, off+size)` cut at multiples of `chunk` (file-offset boundaries,
+/// so only the request's own edges can be unaligned).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chunks {
     off: u64,
-    size: usize,
-    chunk: usize,
-    threads: usize,
-    parallel: bool,
-    each: &(dyn Fn(usize, u64, usize, usize) -> Result<usize> + Sync),
-) -> Result<usize> {
-    let chunk = chunk.max(4096) as u64;
-    let end = off + size as u64;
-    let first = off / chunk;
-    let last = (end - 1) / chunk;
-    let n = (last - first + 1) as usize;
-    let bounds = |i: usize| {
-        let k = first + i as u64;
-        let s = (k * chunk).max(off);
-        let e = ((k + 1) * chunk).min(end);
-        (s, (e - s) as usize, (s - off) as usize)
-    };
-    if n == 1 || !parallel || threads <= 1 {
-        let mut total = 0;
-        for i in 0..n {
-            let (s, len, m) = bounds(i);
-            match each(i, s, len, m) {
-                Ok(got) => {
-                    total += got;
-                    if got < len {
-                        break;
-                    }
-                }
-                Err(e) if total == 0 => return Err(e),
-                Err(_) => break,
-            }
+    end: u64,
+    chunk: u64,
+    first: u64,
+}
+
+impl Chunks {
+    /// The chunks of a non-empty range.
+    pub(crate) fn new(off: u64, size: usize, chunk: usize) -> Chunks {
+        let chunk = chunk.max(1) as u64;
+        Chunks {
+            off,
+            end: off + size as u64,
+            chunk,
+            first: off / chunk,
         }
-        return Ok(total);
     }
-    let results: Vec<std::sync::Mutex<Option<Result<usize>>>> =
-        (0..n).map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let workers = threads.min(n);
-    workers::run_parallel(workers, &|_w| loop {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            break;
-        }
-        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if i >= n {
-            break;
-        }
-        let (s, len, m) = bounds(i);
-        let r = each(i, s, len, m);
-        if !matches!(r, Ok(got) if got == len) {
-            // A short chunk (EOF) or an error: later chunks are moot.
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-    })?;
+
+    /// How many chunks there are.
+    pub(crate) fn count(&self) -> usize {
+        ((self.end - 1) / self.chunk - self.first + 1) as usize
+    }
+
+    /// Chunk `i`: (file offset, length, offset from the request's start).
+    pub(crate) fn get(&self, i: usize) -> (u64, usize, usize) {
+        let k = self.first + i as u64;
+        let s = (k * self.chunk).max(self.off);
+        let e = ((k + 1) * self.chunk).min(self.end);
+        (s, (e - s) as usize, (s - self.off) as usize)
+    }
+}
+
+/// One slot per chunk, filled by whichever worker moved it.
+pub(crate) type ChunkResults = Vec<std::sync::Mutex<Option<Result<usize>>>>;
+
+/// Empty result slots for `chunks`.
+pub(crate) fn chunk_results(chunks: &Chunks) -> ChunkResults {
+    (0..chunks.count())
+        .map(|_| std::sync::Mutex::new(None))
+        .collect()
+}
+
+/// What a request reports: the contiguous prefix of bytes moved, stopping
+/// at the first short or missing chunk (so what is reported is exactly
+/// what is in place), or the first error when nothing moved.
+pub(crate) fn contiguous_prefix(chunks: &Chunks, results: ChunkResults) -> Result<usize> {
     let mut total = 0;
     for (i, slot) in results.into_iter().enumerate() {
-        let (_, len, _) = bounds(i);
+        let (_, len, _) = chunks.get(i);
         match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(Ok(got)) => {
                 total += got;
@@ -244,4 +233,44 @@ pub(crate) fn run_chunks(
         }
     }
     Ok(total)
+}
+
+/// Splits `[off, off+size)` at multiples of `chunk` and runs `each(index,
+/// chunk_offset, chunk_len, mem_offset)`, on the worker pool when
+/// `parallel`; returns [`contiguous_prefix`] of what moved.
+pub(crate) fn run_chunks(
+    off: u64,
+    size: usize,
+    chunk: usize,
+    threads: usize,
+    parallel: bool,
+    each: &(dyn Fn(usize, u64, usize, usize) -> Result<usize> + Sync),
+) -> Result<usize> {
+    let chunks = Chunks::new(off, size, chunk.max(4096));
+    let n = chunks.count();
+    let results = chunk_results(&chunks);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let work = |_worker: usize| loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if i >= n {
+            break;
+        }
+        let (s, len, m) = chunks.get(i);
+        let r = each(i, s, len, m);
+        if !matches!(r, Ok(got) if got == len) {
+            // A short chunk (EOF) or an error: later chunks are moot.
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    };
+    if n == 1 || !parallel || threads <= 1 {
+        work(0);
+    } else {
+        workers::run_parallel(threads.min(n), &work)?;
+    }
+    contiguous_prefix(&chunks, results)
 }

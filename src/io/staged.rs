@@ -13,7 +13,7 @@
 use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, with_bounce, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
-use super::{workers, Dir, Request};
+use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, GpuRuntime};
@@ -32,24 +32,17 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
         return Ok(n);
     }
     let plan = Plan::new(config, pf.offset_align);
-    let chunk = plan.slab as u64;
-    let end = req.file_offset + req.size as u64;
     // Chunks sit at multiples of the slab size in the file, so all but the
     // first and last are aligned for O_DIRECT.
-    let first = req.file_offset / chunk;
-    let n = ((end - 1) / chunk - first + 1) as usize;
-    let bounds = |i: usize| {
-        let k = first + i as u64;
-        let s = (k * chunk).max(req.file_offset);
-        let e = ((k + 1) * chunk).min(end);
-        (s, (e - s) as usize, (s - req.file_offset) as usize)
-    };
+    let chunks = Chunks::new(req.file_offset, req.size, plan.slab);
+    let n = chunks.count();
+    let bounds = |i: usize| chunks.get(i);
     let wanted = Plan {
         workers: plan.workers.min(n),
         ..plan
     };
     let lanes = bounce_pool::acquire(rt, device, &wanted)?;
-    let results: Vec<Mutex<Option<Result<usize>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let results = chunk_results(&chunks);
     let fatal: Mutex<Option<Error>> = Mutex::new(None);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -82,21 +75,7 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
         // The GPU side failed: which bytes arrived is unknown.
         return Err(e);
     }
-    let mut total = 0;
-    for (i, slot) in results.into_iter().enumerate() {
-        let (_, len, _) = bounds(i);
-        match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(Ok(got)) => {
-                total += got;
-                if got < len {
-                    break;
-                }
-            }
-            Some(Err(e)) if total == 0 => return Err(e),
-            _ => break,
-        }
-    }
-    Ok(total)
+    contiguous_prefix(&chunks, results)
 }
 
 /// Makes the bounce lanes that reads into a buffer on `device` will use,

@@ -2,6 +2,7 @@
 //! mount beside the same reads through the remote client directly, in the
 //! same run, against the same in-process server.
 
+use crate::cli::bench::median;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -29,11 +30,6 @@ pub struct MountBenchOptions {
     /// Creates the file with this many bytes of pseudo-random data first when it is missing.
     pub create_size: Option<u64>,
     pub repeats: usize,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// A quick checksum of every byte: four independent lanes of 8 bytes so
@@ -303,7 +299,6 @@ pub fn bench_userspace(
         }
     }
     let _driver = crate::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
-    super::install_userspace_resolver();
     let file = opts.file.canonicalize()?;
     let dir = file
         .parent()
