@@ -1145,3 +1145,81 @@ fn async_reads_and_writes_move_unregistered_device_memory_in_stream_order() {
     );
     stream_deregister(s.0).unwrap();
 }
+
+/// The hazard the completion words exist for: stream-ordered reads into
+/// device memory pending while another thread allocates and frees device
+/// memory (`cuMemFree` synchronises the device). A host function that held
+/// the stream while its I/O made GPU calls deadlocked here; with the I/O on
+/// a worker and the stream waiting on the device for its word, every read
+/// completes. A watchdog turns a hang into a failure.
+#[test]
+fn async_reads_complete_while_another_thread_frees_device_memory() {
+    let _serial = setup();
+    let Some(dev) = DeviceMem::new(32 << 20, 0xEE) else {
+        return;
+    };
+    let rt = hipfs::gpu::runtime();
+    let data = pattern(32 << 20, 23);
+    let (_d, path) = file_with("dev-async-free", &data);
+    let fh = open(&path, libc::O_RDONLY);
+    let s = TestStream::new(0xA5_0009);
+    stream_register(s.0, 0).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = hipfs::gpu::runtime().device_alloc(0, 1 << 20).unwrap();
+                hipfs::gpu::runtime().device_free(p);
+                n += 1;
+            }
+            n
+        })
+    };
+    let piece = 4usize << 20;
+    let sizes: Vec<usize> = vec![piece; 8];
+    let offs: Vec<i64> = (0..8).map(|i| (i * piece) as i64).collect();
+    let mut results = vec![-777isize; 8];
+    let (fh_handle, dev_ptr, stream) = (fh.handle().unwrap(), dev.ptr, s.0);
+    for round in 0..6 {
+        // SAFETY: the argument slots and dev outlive the stream's work
+        // (the stream is synchronised before they are touched again).
+        unsafe {
+            for i in 0..8 {
+                read_async(
+                    fh_handle,
+                    dev_ptr,
+                    &sizes[i],
+                    &offs[i],
+                    &offs[i],
+                    &mut results[i],
+                    stream,
+                )
+                .unwrap();
+            }
+        }
+        // A hang cannot be unwound from: the watchdog ends the process.
+        let (done_tx, done_rx) = channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if done_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                eprintln!("round {round}: the stream did not finish within 60 s (hang)");
+                std::process::abort();
+            }
+        });
+        rt.stream_synchronize(stream).unwrap();
+        let _ = done_tx.send(());
+        watchdog.join().unwrap();
+        // SAFETY: the stream is done with the result slots.
+        let got: Vec<isize> = results
+            .iter()
+            .map(|r| unsafe { std::ptr::read_volatile(r) })
+            .collect();
+        assert!(got.iter().all(|&r| r == piece as isize), "round {round}: {got:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let churned = churn.join().unwrap();
+    assert!(churned > 0, "the other thread never freed memory");
+    assert!(dev.to_host() == data, "device bytes equal the file");
+    stream_deregister(s.0).unwrap();
+}

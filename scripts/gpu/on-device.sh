@@ -9,11 +9,12 @@ G=$PWD/.gpu
 [ -x "$G/bin/hipfs" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/hipfs)"; exit 2; }
 LOG=${OUT:-/tmp}/gpu-checks.log
 exec > >(tee "$LOG") 2>&1
-STEPS=${HIPFS_GPU_STEPS:-tests,read,peers,write,cold}
+STEPS=${HIPFS_GPU_STEPS:-tests,userspace,python,read,peers,write,cold}
+USIZE=${HIPFS_USERSPACE_SIZE:-4G}
 SIZE=${HIPFS_BENCH_SIZE:-8G}
 COLD=${HIPFS_COLD_SIZE:-4G}
 WSIZE=${HIPFS_WRITE_SIZE:-2G}
-CONFIGS=${HIPFS_BENCH_CONFIGS:-16x1M,16x2M,16x4M,16x8M,12x4M,24x2M,32x2M}
+CONFIGS=${HIPFS_BENCH_CONFIGS:-16x1M,16x2M,16x4M,24x2M}
 export RUST_LOG=${RUST_LOG:-info}
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 say() { echo; echo "== $* ($(date +%T))"; }
@@ -34,24 +35,41 @@ F=$W/read-$SIZE.bin; FC=$W/cold-$COLD.bin; FW=$W/write-$WSIZE.bin
 if step tests; then
     say "GPU tests (default parameters)"
     for t in "$G"/tests/*; do
-        HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
+        HIPFS_TEST_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
     done
     say "GPU tests again with 64 KiB chunks and 5 workers (many chunks per request)"
     for t in "$G"/tests/*; do
-        HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
+        HIPFS_TEST_GPU=1 HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" --test-threads=4 || fail=1
     done
     rm -rf "$W/t"
+fi
+
+if step userspace; then
+    say "UserspaceFs over TCP on loopback: into device memory, then host memory ($USIZE)"
+    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --create "$USIZE" --gpu || fail=1
+    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" || fail=1
+    HIPFS_STATS=1 timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 1 --request 256M || fail=1
+fi
+
+if step python; then
+    if ls "$G"/pywhl/*.whl >/dev/null 2>&1; then
+        say "Python package: GPU round trips (CuPy, torch), USERSPACE_FS from a hipfs mount, benchmark"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/pysite "$G"/pywhl/*.whl &&
+            export PYTHONPATH=/tmp/pysite${PYTHONPATH:+:$PYTHONPATH}
+        M=$W/mnt; E=$W/export; mkdir -p "$M" "$E"
+        head -c $((64 << 20)) /dev/urandom > "$E/shard.bin"
+        "$G/bin/hipfs" mount --local "$E" "$M" || fail=1
+        PYTHONUNBUFFERED=1 timeout 200 python3 python/tests/gpu_check.py --dir "$W" --hipfs-file "$M/shard.bin" || fail=1
+        "$G/bin/hipfs" umount "$M" || fail=1
+        PYTHONUNBUFFERED=1 timeout 200 python3 python/bench.py --size-mib 4096 --repeat 3 --dir "$W" || fail=1
+    else
+        say "Python package: no wheel in $G/pywhl (run-gpu-checks.sh builds it with python3.12); skipped"
+    fi
 fi
 
 if step read; then
     say "hipfs read $SIZE, page cache (configs $CONFIGS)"
     timeout 200 "$G/bin/hipfs" bench read "$F" --create "$SIZE" --configs "$CONFIGS" --gpu || fail=1
-    say "same, slabs pinned by cuMemHostRegister of huge-page memory"
-    HIPFS_BOUNCE_PIN=register timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M,16x4M --gpu || fail=1
-    say "same, sleeping (blocking-sync) event waits instead of spinning ones"
-    HIPFS_CUDA_SPIN=0 timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M --gpu || fail=1
-    say "same, 3 slabs per worker"
-    HIPFS_BOUNCE_DEPTH=3 timeout 200 "$G/bin/hipfs" bench read "$F" --configs 16x2M --gpu || fail=1
     say "library defaults"
     timeout 200 "$G/bin/hipfs" bench read "$F" --gpu || fail=1
 fi

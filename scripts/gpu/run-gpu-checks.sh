@@ -19,7 +19,7 @@ mkdir -p "$G/bin" "$G/tests"
 echo "== building (release)"
 cargo build --release -p hipfs --bin hipfs --example gpu_bench
 tests=()
-for t in tests/gpu_*.rs; do tests+=(--test "$(basename "$t" .rs)"); done
+for t in tests/gpu_*.rs tests/batch_async.rs; do tests+=(--test "$(basename "$t" .rs)"); done
 # The test executables' paths come from cargo's JSON messages.
 cargo test --release -p hipfs --no-run "${tests[@]}" --message-format=json 2>/dev/null |
     python3 -c '
@@ -52,11 +52,24 @@ if ! ls "$G"/whl/kvikio_cu13-*.whl >/dev/null 2>&1; then
         -d "$G/whl" kvikio-cu13==26.10.0 'libkvikio-cu13==26.10.*' 'rapids-logger==0.3.*' ||
         echo "note: KvikIO wheels not downloaded; its rows will be missing"
 fi
+# The Python package, as a wheel for the device machine's Python 3.12.
+py312=${HIPFS_PY312:-}
+for c in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12; do
+    [ -z "$py312" ] && "$c" -c 'import sys' 2>/dev/null && py312=$c
+done
+if [ -n "$py312" ]; then
+    python3 -m pip install -q 'maturin>=1.9,<2' >/dev/null 2>&1 || true
+    rm -rf "$G/pywhl" && mkdir -p "$G/pywhl"
+    (cd python && python3 -m maturin build --release -q --auditwheel skip -i "$py312" -o "$root/$G/pywhl") ||
+        echo "note: the hipfile wheel did not build; the Python steps will be skipped"
+else
+    echo "note: no python3.12 here (set HIPFS_PY312); the Python steps will be skipped"
+fi
 du -sh "$G"
 cat <<MSG
 
 Built into $G/. Run on the GPU machine (device tool), from the repository root:
     bash scripts/gpu/on-device.sh          carry: [".gpu"]   timeout_s: 600
 Environment knobs: HIPFS_BENCH_SIZE (8G), HIPFS_COLD_SIZE (4G), HIPFS_WRITE_SIZE (2G),
-HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,read,peers,write,cold).
+HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,userspace,python,read,peers,write,cold).
 MSG

@@ -328,6 +328,13 @@ pub struct BenchRemoteArgs {
     /// Bytes per library call (bench userspace).
     #[arg(long, default_value = "64M", value_parser = parse_size)]
     pub request: u64,
+    /// Read into GPU memory (bench userspace): the whole file into one
+    /// device buffer, checked against the file afterwards.
+    #[arg(long)]
+    pub gpu: bool,
+    /// The GPU to use with --gpu.
+    #[arg(long, default_value_t = 0)]
+    pub device: i32,
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> crate::remote::bench::MountBenchOptions {
@@ -364,10 +371,32 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
         .ok()
         .filter(|r| *r > 0)
         .ok_or_else(|| RemoteError::Config("--request must be > 0".into()))?;
-    let rows = crate::remote::bench::bench_userspace(&bench_opts(args), request)?;
+    use crate::remote::bench::BenchMemory;
+    let memory = if args.gpu {
+        let rt = crate::gpu::runtime();
+        if rt.name() == "host" || rt.device_count() == 0 {
+            return Err(RemoteError::Config(format!(
+                "--gpu: no GPU runtime with a device ({})",
+                crate::gpu::selection_message()
+            ))
+            .into());
+        }
+        BenchMemory::Gpu {
+            device: args.device,
+        }
+    } else {
+        BenchMemory::Host
+    };
+    let rows = crate::remote::bench::bench_userspace(&bench_opts(args), request, memory)?;
+    let what = match memory {
+        BenchMemory::Host => "host memory".to_string(),
+        BenchMemory::Gpu { device } => {
+            format!("GPU {device} memory via {}", crate::gpu::runtime().name())
+        }
+    };
     crate::remote::bench::print_mount_table(
         &format!(
-            "hipfs bench userspace {} (host memory, loopback, median of {})",
+            "hipfs bench userspace {} ({what}, loopback, median of {})",
             args.file.display(),
             args.repeats
         ),

@@ -245,36 +245,101 @@ pub fn loopback_tcp_ceiling(size: u64) -> Result<f64, RemoteError> {
     Ok(got as f64 / secs / (1u64 << 30) as f64)
 }
 
+/// Where [`read_with_handle`] puts the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchMemory {
+    /// One `request`-byte host buffer, reused by every call.
+    Host,
+    /// Device memory of GPU `device` holding the whole file (each call at
+    /// its own buffer offset), checked after the timed read.
+    Gpu { device: i32 },
+}
+
+/// Device memory freed on drop.
+struct DeviceAlloc {
+    ptr: usize,
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        crate::gpu::runtime().device_free(self.ptr);
+    }
+}
+
 /// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls
-/// into host memory; returns (bytes, checksum, seconds).
+/// into `memory`; returns (bytes, checksum, seconds). The checksum covers
+/// every byte that arrived; for device memory it is taken after the clock
+/// stops (the bytes are copied back in 64 MiB pieces).
 fn read_with_handle(
     path: &Path,
     kind: crate::FileHandleType,
     request: usize,
+    memory: BenchMemory,
 ) -> Result<(u64, u64, f64), RemoteError> {
     let to_remote = |e: crate::Error| RemoteError::Config(e.to_string());
     if let Ok(f) = std::fs::File::open(path) {
         // SAFETY: advice on an fd we hold: drop the mount's cached pages.
         unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     }
+    let size = std::fs::metadata(path)?.len() as usize;
     let mut fh = crate::FileHandle::new(path, libc::O_RDONLY, 0, kind);
     fh.open().map_err(to_remote)?;
-    let mut mem = vec![0u8; request];
-    let buf = crate::Buffer::from_slice(&mut mem, 0);
-    buf.register().map_err(to_remote)?;
     let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
-    let t = Instant::now();
-    loop {
-        let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
-        if n == 0 {
-            break;
+    let secs = match memory {
+        BenchMemory::Host => {
+            let mut mem = vec![0u8; request];
+            let buf = crate::Buffer::from_slice(&mut mem, 0);
+            buf.register().map_err(to_remote)?;
+            let t = Instant::now();
+            loop {
+                let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
+                if n == 0 {
+                    break;
+                }
+                // SAFETY: `buf` covers `mem`; the read finished writing it.
+                sum = fnv(sum, unsafe { std::slice::from_raw_parts(buf.ptr(), n) });
+                total += n as u64;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let _ = buf.deregister();
+            secs
         }
-        // SAFETY: `buf` covers `mem`; the read finished writing it.
-        sum = fnv(sum, unsafe { std::slice::from_raw_parts(buf.ptr(), n) });
-        total += n as u64;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let _ = buf.deregister();
+        BenchMemory::Gpu { device } => {
+            let rt = crate::gpu::runtime();
+            let len = size.max(1);
+            let dev = DeviceAlloc {
+                ptr: rt.device_alloc(device, len).map_err(to_remote)?,
+            };
+            // Poisoned, so bytes that never arrived cannot pass the check.
+            rt.device_memset(dev.ptr, 0xa5, len).map_err(to_remote)?;
+            // SAFETY: a live device allocation of `len` bytes, freed after `buf`.
+            let buf = unsafe { crate::Buffer::new(dev.ptr as *mut u8, len, 0) };
+            buf.register().map_err(to_remote)?;
+            let t = Instant::now();
+            while (total as usize) < size {
+                let want = request.min(size - total as usize);
+                let n = fh
+                    .read(&buf, want, total as i64, total as i64)
+                    .map_err(to_remote)?;
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let _ = buf.deregister();
+            let mut host = vec![0u8; MAX_IO * 64];
+            let mut off = 0usize;
+            while off < total as usize {
+                let n = host.len().min(total as usize - off);
+                rt.copy_from_device(&mut host[..n], dev.ptr + off)
+                    .map_err(to_remote)?;
+                sum = fnv(sum, &host[..n]);
+                off += n;
+            }
+            secs
+        }
+    };
     fh.close();
     Ok((total, sum, secs))
 }
@@ -285,6 +350,7 @@ fn read_with_handle(
 pub fn bench_userspace(
     opts: &MountBenchOptions,
     request: usize,
+    memory: BenchMemory,
 ) -> Result<Vec<MountBenchRow>, RemoteError> {
     if !opts.file.exists() {
         match opts.create_size {
@@ -314,9 +380,9 @@ pub fn bench_userspace(
     let result = (|| {
         for i in 0..=opts.repeats.max(1) {
             let (n1, s1, t1) =
-                read_with_handle(&via_mount, crate::FileHandleType::UserspaceFs, request)?;
+                read_with_handle(&via_mount, crate::FileHandleType::UserspaceFs, request, memory)?;
             let (n2, s2, t2) =
-                read_with_handle(&via_mount, crate::FileHandleType::OpaqueFd, request)?;
+                read_with_handle(&via_mount, crate::FileHandleType::OpaqueFd, request, memory)?;
             let c = loopback_tcp_ceiling(size)?;
             if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
                 return Err(RemoteError::Config(format!(
