@@ -1215,7 +1215,10 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
             .iter()
             .map(|r| unsafe { std::ptr::read_volatile(r) })
             .collect();
-        assert!(got.iter().all(|&r| r == piece as isize), "round {round}: {got:?}");
+        assert!(
+            got.iter().all(|&r| r == piece as isize),
+            "round {round}: {got:?}"
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let churned = churn.join().unwrap();

@@ -122,6 +122,39 @@ fn hipfs_mount_local_serves_a_directory_in_process() {
     wait_unmounted(mnt.path());
 }
 
+/// A machine without fuse3's fusermount3 (a minimal image, the GPU machine):
+/// as root the mount goes straight to mount(2) instead of failing with
+/// ENOENT for a helper that `auto_unmount` would need.
+#[test]
+fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
+    require_fuse!();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root (mount(2) without fusermount)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("f"), b"no helper").unwrap();
+    let out = Command::new(hipfs_bin())
+        .args(["mount", "--local"])
+        .arg(dir.path())
+        .arg(mnt.path())
+        // The helper fuser would run is missing (as on a machine without fuse3).
+        .env("FUSERMOUNT_PATH", "/nonexistent/fusermount3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(mounted(mnt.path()));
+    assert_eq!(fs::read(mnt.path().join("f")).unwrap(), b"no helper");
+    ok(Command::new(hipfs_bin()).arg("umount").arg(mnt.path()));
+    wait_unmounted(mnt.path());
+}
+
 /// Puts the helper where mount(8) looks for it; false (test skipped) when
 /// another program already sits there.
 fn install_helper() -> bool {

@@ -173,8 +173,15 @@ impl MountConfig {
         } else {
             MountOption::RW
         });
-        if self.auto_unmount {
+        let auto_unmount = self.auto_unmount && fusermount_available();
+        if auto_unmount {
             options.push(MountOption::AutoUnmount);
+        } else if self.auto_unmount {
+            warn!(
+                "no fusermount3 or fusermount on PATH: mounting {} without auto_unmount \
+                 (if this process is killed, `hipfs umount` or `umount` cleans up)",
+                self.mountpoint.display()
+            );
         }
         let mut config = Config::default();
         config.mount_options = options;
@@ -182,7 +189,7 @@ impl MountConfig {
         // itself (RootAndOwner) unless allow_other was really asked for.
         config.acl = if self.allow_other {
             SessionACL::All
-        } else if self.auto_unmount {
+        } else if auto_unmount {
             SessionACL::RootAndOwner
         } else {
             SessionACL::Owner
@@ -191,6 +198,27 @@ impl MountConfig {
         config.clone_fd = self.threads > 1;
         config
     }
+}
+
+/// Whether fuser can reach a fusermount helper, which `auto_unmount` needs (fuser mounts
+/// through it whenever that option is set; as root without it, fuser mounts directly).
+fn fusermount_available() -> bool {
+    let executable = |p: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    // fuser runs exactly this helper when it is set.
+    if let Some(p) = std::env::var_os("FUSERMOUNT_PATH") {
+        return executable(Path::new(&p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/sbin"), PathBuf::from("/bin")])
+        .any(|dir| {
+            ["fusermount3", "fusermount"]
+                .iter()
+                .any(|n| executable(&dir.join(n)))
+        })
 }
 
 fn new_session(

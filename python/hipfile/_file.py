@@ -157,6 +157,9 @@ class FileHandle:
             raise ValueError(f"size {size} is negative")
         mem = _io_memory(buffer, size, buffer_offset, writable=into)
         try:
+            # Work the producer queued on this memory (a copy into it that
+            # returned before its DMA landed) must finish first.
+            mem.synchronize()
             return int(call(handle, mem.ptr, size, file_offset, buffer_offset))
         finally:
             mem.release()

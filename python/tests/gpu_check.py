@@ -150,7 +150,14 @@ def round_trips(lib, directory, size, results):
                     written = f.read()
                 expect = np.concatenate([data[777:], data[:777]])
                 ok = (w1, w2) == (size - 777, 777) and sha(written) == sha(expect)
-                check(results, f"{lib.name} write {fname} device->file (registered + unregistered)", ok)
+                detail = ""
+                if not ok:
+                    got = np.frombuffer(written, dtype=np.uint8)
+                    n = min(len(got), len(expect))
+                    bad = np.flatnonzero(got[:n] != expect[:n])
+                    first = int(bad[0]) if len(bad) else None
+                    detail = f"wrote {w1}+{w2}, file {len(got)} bytes, first differing byte {first}, {len(bad)} differ"
+                check(results, f"{lib.name} write {fname} device->file (registered + unregistered)", ok, detail)
             os.unlink(out)
     finally:
         os.unlink(path)

@@ -227,6 +227,25 @@ def test_cuda_array_interface_with_a_stream_round_trips(data_file, payload):
     assert data_file.read_bytes()[:100] == payload[10:110]
 
 
+def test_the_producers_stream_is_synchronized_before_every_transfer(data_file, monkeypatch):
+    # CUDA array interface v3 names the stream the producer queued work on;
+    # the transfer must wait for it (with and without a Buffer).
+    import hipfile._memory as memory
+
+    seen = []
+    monkeypatch.setattr(memory._hipfile, "stream_synchronize", seen.append)
+    arr = np.zeros(4096, dtype=np.uint8)
+    with FileHandle(data_file, os.O_RDWR) as fh:
+        fh.read(CudaArrayInterface(arr, stream=7), 16, 0, 0)
+        assert seen == [7]
+        with Buffer(CudaArrayInterface(arr, stream=9)) as buf:
+            fh.write(buf, 16, 0, 0)
+            fh.read(buf, 16, 0, 0)
+        assert seen == [7, 9, 9]
+        fh.read(CudaArrayInterface(arr), 16, 0, 0)  # no stream: nothing to wait for
+        assert seen == [7, 9, 9]
+
+
 def test_a_strided_cuda_array_interface_is_refused():
     arr = np.zeros((8, 8), dtype=np.float32)
     with pytest.raises(BufferError):

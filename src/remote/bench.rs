@@ -379,8 +379,12 @@ pub fn bench_userspace(
     let mut expect = None;
     let result = (|| {
         for i in 0..=opts.repeats.max(1) {
-            let (n1, s1, t1) =
-                read_with_handle(&via_mount, crate::FileHandleType::UserspaceFs, request, memory)?;
+            let (n1, s1, t1) = read_with_handle(
+                &via_mount,
+                crate::FileHandleType::UserspaceFs,
+                request,
+                memory,
+            )?;
             let (n2, s2, t2) =
                 read_with_handle(&via_mount, crate::FileHandleType::OpaqueFd, request, memory)?;
             let c = loopback_tcp_ceiling(size)?;
