@@ -23,8 +23,13 @@
 //! (`cuStreamWaitValue32`), so no host function holds the stream while the
 //! I/O makes GPU calls. Runtimes without that wait (HIP for now) hold the
 //! stream in the host function while a helper thread does the I/O.
-//! Known hazard (GPU): a device-wide synchronisation in another thread
-//! (e.g. `cudaFree`) while an async operation is pending was seen to hang.
+//! Known hazard (GPU), as with NCCL: do not free device memory (`cudaFree`,
+//! which waits for the whole device) in another thread while a
+//! stream-ordered operation into or out of device memory is pending: the
+//! stream waits for the worker, and the worker's copy calls, by what was
+//! seen, wait for the free to finish. Seen hanging on an H200; reproduced by the
+//! ignored test `async_reads_complete_while_another_thread_frees_device_memory`.
+//! Synchronise the stream (or use `cudaFreeAsync` on it) before freeing.
 
 use crate::batch::error_value;
 use crate::buffer::Buffer;
