@@ -1180,7 +1180,7 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
     let piece = 4usize << 20;
     let sizes: Vec<usize> = vec![piece; 8];
     let offs: Vec<i64> = (0..8).map(|i| (i * piece) as i64).collect();
-    let mut results = vec![-777isize; 8];
+    let mut results = [-777isize; 8];
     let (fh_handle, dev_ptr, stream) = (fh.handle().unwrap(), dev.ptr, s.0);
     for round in 0..6 {
         // SAFETY: the argument slots and dev outlive the stream's work
