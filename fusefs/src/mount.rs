@@ -32,6 +32,17 @@ pub const FS_SUBTYPE: &str = "hipfs";
 /// Largest read and write the kernel may send in one request (1 MiB).
 pub const DEFAULT_MAX_IO: u32 = 1 << 20;
 
+/// Default page-cache readahead window (8 MiB): eight 1 MiB READs ahead of a sequential
+/// reader. With a 1 MiB window only about two READs are in flight (the one waited for and
+/// the next); with 8 MiB the session threads, the network and the kernel's copies into the
+/// page cache overlap with the application's own reads. Measured with `hipfs bench mount`
+/// on a 2-core machine: median 83% of the direct client's throughput against 75% with
+/// 1 MiB (16 MiB gained nothing more). Only sequential readers reach the full window; the
+/// kernel starts it small and grows it as reads stay sequential. Page faults of a mapping
+/// read around the faulting page by the same window, so a workload of random access through
+/// mmap may want a smaller one (`hipfs mount -o max_readahead=1M`).
+pub const DEFAULT_MAX_READAHEAD: u32 = 8 << 20;
+
 /// How long teardown waits for the session threads before aborting the connection.
 const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -44,6 +55,7 @@ const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
 /// cfg.attr_timeout = Duration::from_secs(5);
 /// assert!(cfg.default_permissions);
 /// assert_eq!(cfg.max_read, 1 << 20);
+/// assert_eq!(cfg.max_readahead, 8 << 20);
 /// ```
 #[derive(Clone, Debug)]
 pub struct MountConfig {
@@ -74,7 +86,9 @@ pub struct MountConfig {
     pub max_read: u32,
     /// Largest write request. Default 1 MiB; at most 16 MiB.
     pub max_write: u32,
-    /// Readahead window asked for; the kernel may grant less. Default 1 MiB.
+    /// Page-cache readahead window, set on the mount's backing device (as root; otherwise
+    /// the kernel's 128 KiB stays). Default 8 MiB ([`DEFAULT_MAX_READAHEAD`]), each READ
+    /// still at most `max_read`; at most 16 MiB.
     pub max_readahead: u32,
     /// Session threads, each with its own cloned `/dev/fuse` fd. Default: the CPU count,
     /// between 2 and 8.
@@ -101,7 +115,7 @@ impl MountConfig {
             keep_cache: true,
             max_read: DEFAULT_MAX_IO,
             max_write: DEFAULT_MAX_IO,
-            max_readahead: DEFAULT_MAX_IO,
+            max_readahead: DEFAULT_MAX_READAHEAD,
             threads: cpus.clamp(2, 8),
             auto_unmount: true,
         }

@@ -259,8 +259,8 @@ fn page_cache_mounts_read_ahead_in_mebibytes_and_return_the_same_bytes_to_parall
     });
     let largest = m.fs.largest_read();
     eprintln!("largest page-cache read request: {largest} bytes");
-    // The mount raised the device's readahead to max_readahead (1 MiB), so readahead asks
-    // the backend for whole mebibytes rather than the kernel's default 128 KiB.
+    // The mount raised the device's readahead to max_readahead (8 MiB), so readahead asks
+    // the backend for whole mebibytes (max_read) rather than the kernel's default 128 KiB.
     assert_eq!(largest, 1 << 20);
 }
 

@@ -57,7 +57,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N.
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.
@@ -335,14 +335,18 @@ pub struct BenchRemoteArgs {
     /// The GPU to use with --gpu.
     #[arg(long, default_value_t = 0)]
     pub device: i32,
+    /// Mount options for the FUSE mount, as `hipfs mount -o` takes them (e.g. max_readahead=8M,threads=4).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
 }
 
-fn bench_opts(args: &BenchRemoteArgs) -> crate::remote::bench::MountBenchOptions {
-    crate::remote::bench::MountBenchOptions {
+fn bench_opts(args: &BenchRemoteArgs) -> crate::Result<crate::remote::bench::MountBenchOptions> {
+    Ok(crate::remote::bench::MountBenchOptions {
         file: args.file.clone(),
         create_size: args.create,
         repeats: args.repeats,
-    }
+        mount: MountOptions::parse(&args.options.join(","))?,
+    })
 }
 
 /// `hipfs bench mount`: sequential 1 MiB reads through a FUSE mount beside
@@ -350,7 +354,7 @@ fn bench_opts(args: &BenchRemoteArgs) -> crate::remote::bench::MountBenchOptions
 ///
 /// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
 pub fn run_bench_mount(args: &BenchRemoteArgs) -> crate::Result<()> {
-    let rows = crate::remote::bench::bench_mount(&bench_opts(args))?;
+    let rows = crate::remote::bench::bench_mount(&bench_opts(args)?)?;
     crate::remote::bench::print_mount_table(
         &format!(
             "hipfs bench mount {} (loopback, server page cache warm, median of {})",
@@ -387,7 +391,7 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
     } else {
         BenchMemory::Host
     };
-    let rows = crate::remote::bench::bench_userspace(&bench_opts(args), request, memory)?;
+    let rows = crate::remote::bench::bench_userspace(&bench_opts(args)?, request, memory)?;
     let what = match memory {
         BenchMemory::Host => "host memory".to_string(),
         BenchMemory::Gpu { device } => {

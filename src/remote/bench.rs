@@ -30,6 +30,8 @@ pub struct MountBenchOptions {
     /// Creates the file with this many bytes of pseudo-random data first when it is missing.
     pub create_size: Option<u64>,
     pub repeats: usize,
+    /// How the FUSE mount is set up (`-o` of the bench).
+    pub mount: MountOptions,
 }
 
 /// A quick checksum of every byte: four independent lanes of 8 bytes so
@@ -154,7 +156,7 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
     let size = std::fs::metadata(&file)?.len();
     let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
     let mnt = tempfile_dir()?;
-    let mounted = mount_remote(server.local_addr(), &mnt, &MountOptions::default())?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let client = RemoteClient::connect(ClientConfig::new(server.local_addr()))?;
     let via_mount = mnt.join(std::ffi::OsStr::from_bytes_compat(&name));
     let mut direct = Vec::new();
@@ -373,7 +375,7 @@ pub fn bench_userspace(
     let size = std::fs::metadata(&file)?.len();
     let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
     let mnt = tempfile_dir()?;
-    let mounted = mount_remote(server.local_addr(), &mnt, &MountOptions::default())?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let via_mount = mnt.join(file.file_name().unwrap_or_default());
     let (mut us, mut fuse, mut ceil) = (Vec::new(), Vec::new(), Vec::new());
     let mut expect = None;

@@ -27,6 +27,9 @@ pub struct MountOptions {
     pub timeout: Duration,
     pub transport: TransportKind,
     pub threads: Option<usize>,
+    /// Page-cache readahead window in bytes (`max_readahead=SIZE`); `None` keeps
+    /// [`MountConfig`]'s default.
+    pub max_readahead: Option<u32>,
     /// Answer extended-attribute calls with ENOSYS (faster `ls -l`).
     pub no_xattr: bool,
 }
@@ -43,6 +46,7 @@ impl Default for MountOptions {
             timeout: Duration::from_secs(30),
             transport: TransportKind::Auto,
             threads: None,
+            max_readahead: None,
             no_xattr: false,
         }
     }
@@ -120,10 +124,22 @@ impl MountOptions {
                         .map_err(|_| RemoteError::Config("-o threads=N needs a number".into()))?;
                     o.threads = Some(n);
                 }
+                "max_readahead" => {
+                    let n = crate::cli::parse_size(&need(v)?)
+                        .ok()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .filter(|n| (4096..=16 << 20).contains(n))
+                        .ok_or_else(|| {
+                            RemoteError::Config(
+                                "-o max_readahead=SIZE needs 4K..16M, e.g. max_readahead=8M".into(),
+                            )
+                        })?;
+                    o.max_readahead = Some(n);
+                }
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -158,6 +174,9 @@ impl MountOptions {
         }
         if let Some(n) = self.threads {
             m.threads = n.clamp(1, 64);
+        }
+        if let Some(n) = self.max_readahead {
+            m.max_readahead = n;
         }
         m
     }
@@ -264,4 +283,30 @@ fn write_local_token(token: &Token, addr: &str) -> Result<PathBuf, RemoteError> 
         .open(&path)?;
     f.write_all(token.expose())?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_readahead_option_sets_the_window_and_rejects_sizes_out_of_range() {
+        let o = MountOptions::parse("ro,max_readahead=4M").unwrap();
+        assert_eq!(o.max_readahead, Some(4 << 20));
+        let cfg = o.mount_config(Path::new("/mnt"), "x", false);
+        assert_eq!(cfg.max_readahead, 4 << 20);
+        let default = MountOptions::default().mount_config(Path::new("/mnt"), "x", false);
+        assert_eq!(
+            default.max_readahead,
+            MountConfig::new("/mnt").max_readahead
+        );
+        for bad in [
+            "max_readahead=1K",
+            "max_readahead=32M",
+            "max_readahead=x",
+            "max_readahead",
+        ] {
+            assert!(MountOptions::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
 }
