@@ -38,6 +38,11 @@ pub trait UserspaceFs: Send + Sync {
     fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
     /// Writes `buf.len` bytes at `offset`.
     fn write(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
+    /// Calls worth keeping in flight at once when a large transfer is
+    /// staged through host memory (each worker stages one chunk).
+    fn parallelism(&self) -> usize {
+        4
+    }
 }
 
 type Resolver = fn(std::os::fd::RawFd) -> Option<Result<std::sync::Arc<dyn UserspaceFs>>>;

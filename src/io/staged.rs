@@ -282,7 +282,7 @@ pub(crate) fn userspace_transfer(fs: &dyn UserspaceFs, req: &Request) -> Result<
         req.file_offset,
         req.size,
         chunk,
-        4,
+        fs.parallelism().clamp(1, 64),
         true,
         &|_, off, len, m| {
             let dev = req.mem + m;

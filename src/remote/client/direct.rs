@@ -300,7 +300,8 @@ thread_local! {
 /// (4 MiB pieces were 10-30% slower on the 2-core test host).
 const READ_PIECE: usize = MAX_IO;
 
-/// Pieces kept in flight at once for one large request.
+/// Pieces kept in flight at once for one large request: at least this,
+/// and one per lane of the client's connection when it has more.
 const PARALLEL: usize = 4;
 
 fn host_ptr(buf: &UserspaceBuf) -> Result<(*mut u8, usize)> {
@@ -324,9 +325,20 @@ unsafe impl Send for SendPtr {}
 // SAFETY: as above.
 unsafe impl Sync for SendPtr {}
 
+impl RemoteFile {
+    /// Pieces in flight for one call.
+    fn parallel(&self) -> usize {
+        self.client.cfg.lanes.max(PARALLEL)
+    }
+}
+
 impl UserspaceFs for RemoteFile {
     fn fs_type(&self) -> String {
         "hipfs".into()
+    }
+
+    fn parallelism(&self) -> usize {
+        self.parallel()
     }
 
     fn identify(&self) -> String {
@@ -353,7 +365,7 @@ impl UserspaceFs for RemoteFile {
             let next = std::sync::atomic::AtomicUsize::new(0);
             let out = Mutex::new(vec![Ok(0); pieces.len()]);
             std::thread::scope(|s| {
-                for _ in 0..PARALLEL.min(pieces.len()) {
+                for _ in 0..self.parallel().min(pieces.len()) {
                     s.spawn(|| loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&(o, l)) = pieces.get(i) else { break };
@@ -421,6 +433,7 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
     })?;
     let mut cfg = ClientConfig::new(&id.server);
     cfg.transport = id.transport;
+    cfg.lanes = super::userspace_lanes();
     // How long a direct read waits for an absent server (default 30 s).
     if let Some(secs) = std::env::var("HIPFS_REMOTE_TIMEOUT")
         .ok()

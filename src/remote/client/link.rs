@@ -100,6 +100,9 @@ impl Link {
     pub(crate) fn open(cfg: &ClientConfig, epoch: u64) -> Result<Arc<Link>, RemoteError> {
         let mut tcfg = transport_config(cfg.transport);
         tcfg.op_timeout = cfg.timeout;
+        if cfg.lanes > 0 {
+            tcfg.lanes = cfg.lanes;
+        }
         let conn: Arc<dyn Connection> = Arc::from(hipfs_rdma::connect(&cfg.server, &tcfg)?);
         let welcome = match handshake(conn.as_ref(), cfg.token.as_ref()) {
             Ok(w) => w,

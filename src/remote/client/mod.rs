@@ -36,6 +36,8 @@ pub struct ClientConfig {
     pub transport: TransportKind,
     /// How long a call may wait for the server (including reconnecting).
     pub timeout: Duration,
+    /// TCP streams or QPs of the connection; 0: the transport's default.
+    pub lanes: usize,
 }
 
 /// The port `hipfs serve` listens on unless told otherwise.
@@ -50,8 +52,25 @@ impl ClientConfig {
             token_file: None,
             transport: TransportKind::Auto,
             timeout: Duration::from_secs(30),
+            lanes: 0,
         }
     }
+}
+
+/// Lanes of the process-wide client that UserspaceFs handles share:
+/// `HIPFS_REMOTE_LANES` (1..=64) when set, else one per two CPUs, 4 to 16.
+/// Each lane is a TCP stream (or QP) with its own receiving thread, so the
+/// bytes a client can take in grow with the lanes until the cores are busy.
+pub fn userspace_lanes() -> usize {
+    if let Some(n) = std::env::var("HIPFS_REMOTE_LANES")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+    {
+        return n;
+    }
+    let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
+    (cpus / 2).clamp(4, 16)
 }
 
 /// Adds the default port when `s` has none.
