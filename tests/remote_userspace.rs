@@ -30,7 +30,19 @@ fn open_us(path: &std::path::Path, flags: i32) -> FileHandle {
 fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {
     require_fuse!();
     let _d = Driver::open().unwrap();
-    let fx = Fixture::new();
+    random_reads_match_the_exported_file(&Fixture::new());
+}
+
+#[test]
+fn userspace_reads_sent_from_the_file_by_the_server_match_the_exported_file() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    // The server sends placed reads with sendfile instead of staging them,
+    // including the reads that end past the end of the file.
+    random_reads_match_the_exported_file(&Fixture::with(|c| c.send_from_file = true, ""));
+}
+
+fn random_reads_match_the_exported_file(fx: &Fixture) {
     let size = (24 << 20) + 12345;
     let data = pattern(21, size);
     fs::write(fx.e("data"), &data).unwrap();

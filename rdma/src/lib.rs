@@ -43,7 +43,7 @@ pub mod tcp;
 pub mod verbs;
 
 use std::fmt;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -210,6 +210,40 @@ pub trait Connection: Send + Sync {
         remote: &RemoteDescriptor,
         remote_off: u64,
     ) -> Result<()>;
+
+    /// Sends `len` bytes of the file `file` starting at `file_offset` into
+    /// the peer's region `remote` at `remote_off`, like [`write_remote`]
+    /// but without a registered local buffer: the TCP transport hands the
+    /// file's pages to the socket with `sendfile(2)`, so the bytes never
+    /// pass through user memory on this side. Returns once they are placed
+    /// in the peer's memory, with the number of bytes that came from the
+    /// file.
+    ///
+    /// That number is `len` unless the file ends (or a read of it fails)
+    /// before `file_offset + len`: every frame has already promised the
+    /// peer its length, so the rest is sent as zeros (the stream stays in
+    /// step and usable) and the answer is the length of the prefix that
+    /// really holds file data. Callers should size `len` from `fstat` and
+    /// report only the returned count.
+    ///
+    /// Range and key checks are those of [`write_remote`]. The default
+    /// (verbs) returns [`Error::Unsupported`]: stage the bytes in a
+    /// registered buffer and use [`write_remote`] instead.
+    ///
+    /// [`write_remote`]: Connection::write_remote
+    fn write_remote_from_file(
+        &self,
+        file: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        remote: &RemoteDescriptor,
+        remote_off: u64,
+    ) -> Result<usize> {
+        let _ = (file, file_offset, len, remote, remote_off);
+        Err(Error::Unsupported(
+            "this transport cannot send from a file; stage the bytes and use write_remote".into(),
+        ))
+    }
 
     /// Copies `len` bytes from the peer's region `remote` at `remote_off`
     /// into `local[local_off..]` (RDMA READ). Returns once they are here.

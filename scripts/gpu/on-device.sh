@@ -9,7 +9,7 @@ G=$PWD/.gpu
 [ -x "$G/bin/hipfs" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/hipfs)"; exit 2; }
 LOG=${OUT:-/tmp}/gpu-checks.log
 exec > >(tee "$LOG") 2>&1
-STEPS=${HIPFS_GPU_STEPS:-tests,userspace,python,read,peers,write,cold}
+STEPS=${HIPFS_GPU_STEPS:-tests,userspace,uslanes,python,read,peers,write,cold}
 USIZE=${HIPFS_USERSPACE_SIZE:-4G}
 SIZE=${HIPFS_BENCH_SIZE:-8G}
 COLD=${HIPFS_COLD_SIZE:-4G}
@@ -49,6 +49,15 @@ if step userspace; then
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --create "$USIZE" --gpu || fail=1
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" || fail=1
     HIPFS_STATS=1 timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 1 --request 256M || fail=1
+fi
+
+if step uslanes; then
+    say "UserspaceFs into device memory: client lanes 4, 8, 16, then the server sending with sendfile"
+    [ -f "$W/us-$USIZE.bin" ] || head -c $((${USIZE%G} << 30)) /dev/urandom > "$W/us-$USIZE.bin"
+    for l in 4 8 16; do
+        HIPFS_REMOTE_LANES=$l timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 || fail=1
+    done
+    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 --sendfile || fail=1
 fi
 
 if step python; then

@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// Worker threads (default: 4 per CPU, at least 8).
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
+    /// Send placed reads straight from the file with sendfile(2) (TCP)
+    /// instead of through registered staging memory: one copy less on the
+    /// server, but slower on loopback, where the client copies from the
+    /// server's page cache.
+    #[arg(long)]
+    pub sendfile: bool,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
@@ -114,6 +120,7 @@ pub fn run_serve(args: &ServeArgs) -> crate::Result<()> {
     cfg.read_only = args.read_only;
     cfg.insecure = args.insecure;
     cfg.workers = args.workers;
+    cfg.send_from_file = args.sendfile;
     cfg.transport = args
         .transport
         .parse()
@@ -338,6 +345,10 @@ pub struct BenchRemoteArgs {
     /// Mount options for the FUSE mount, as `hipfs mount -o` takes them (e.g. max_readahead=8M,threads=4).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
+    /// The in-process server sends placed reads straight from the file
+    /// (sendfile on TCP) instead of staging them (`hipfs serve --sendfile`).
+    #[arg(long)]
+    pub sendfile: bool,
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> crate::Result<crate::remote::bench::MountBenchOptions> {
@@ -346,6 +357,7 @@ fn bench_opts(args: &BenchRemoteArgs) -> crate::Result<crate::remote::bench::Mou
         create_size: args.create,
         repeats: args.repeats,
         mount: MountOptions::parse(&args.options.join(","))?,
+        server_sendfile: args.sendfile,
     })
 }
 
@@ -400,9 +412,14 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
     };
     crate::remote::bench::print_mount_table(
         &format!(
-            "hipfs bench userspace {} ({what}, loopback, median of {})",
+            "hipfs bench userspace {} ({what}, loopback, median of {}{})",
             args.file.display(),
-            args.repeats
+            args.repeats,
+            if args.sendfile {
+                ", server sendfile"
+            } else {
+                ""
+            }
         ),
         &rows,
     );

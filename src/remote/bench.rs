@@ -32,6 +32,8 @@ pub struct MountBenchOptions {
     pub repeats: usize,
     /// How the FUSE mount is set up (`-o` of the bench).
     pub mount: MountOptions,
+    /// The server sends placed reads from the file (`ServeConfig::send_from_file`).
+    pub server_sendfile: bool,
 }
 
 /// A quick checksum of every byte: four independent lanes of 8 bytes so
@@ -154,7 +156,10 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
         .as_encoded_bytes()
         .to_vec();
     let size = std::fs::metadata(&file)?.len();
-    let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
+    let server = Server::start(ServeConfig {
+        send_from_file: opts.server_sendfile,
+        ..ServeConfig::new(&dir, "127.0.0.1:0")
+    })?;
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let client = RemoteClient::connect(ClientConfig::new(server.local_addr()))?;
@@ -402,7 +407,10 @@ pub fn bench_userspace(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
     let size = std::fs::metadata(&file)?.len();
-    let server = Server::start(ServeConfig::new(&dir, "127.0.0.1:0"))?;
+    let server = Server::start(ServeConfig {
+        send_from_file: opts.server_sendfile,
+        ..ServeConfig::new(&dir, "127.0.0.1:0")
+    })?;
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let via_mount = mnt.join(file.file_name().unwrap_or_default());

@@ -83,3 +83,81 @@ pub fn discard(fd: RawFd, mut len: u64) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Sends up to `len` bytes of `file` from `offset` with `sendfile(2)`
+/// (page cache to socket, no user copy). Returns how many bytes it sent:
+/// fewer than `len` when the file ends first, or when `sendfile` fails (a
+/// file system that cannot splice, a read error) after which the caller
+/// decides how to go on. A failure before any byte went out is returned
+/// as the error so the caller can tell the two apart.
+pub fn send_file(sock: RawFd, file: RawFd, offset: u64, len: usize) -> io::Result<usize> {
+    let mut done = 0usize;
+    while done < len {
+        let mut off = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // Linux sends at most 0x7ffff000 bytes per call.
+        let want = (len - done).min(0x7fff_f000);
+        // SAFETY: plain syscall on two fds the caller holds; `off` is a
+        // local the kernel updates (the file's own position is untouched,
+        // so concurrent users of a dup of the fd are not disturbed).
+        let n = unsafe { libc::sendfile(sock, file, &mut off, want) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if done == 0 {
+                return Err(e);
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+    }
+    Ok(done)
+}
+
+/// Reads up to `len` bytes of `file` at `offset` through a small buffer
+/// and sends them: the fallback for files `sendfile` cannot read. Returns
+/// how many bytes came from the file (fewer at end of file or on a read
+/// error); socket errors are errors.
+pub fn send_file_copied(sock: RawFd, file: RawFd, offset: u64, len: usize) -> io::Result<usize> {
+    let mut scratch = vec![0u8; 256 * 1024];
+    let mut done = 0usize;
+    while done < len {
+        let Ok(off) = libc::off_t::try_from(offset + done as u64) else {
+            break;
+        };
+        let want = (len - done).min(scratch.len());
+        // SAFETY: scratch has at least `want` writable bytes.
+        let n = unsafe { libc::pread(file, scratch.as_mut_ptr().cast(), want, off) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        let n = n as usize;
+        // SAFETY: the first n bytes of scratch were just filled.
+        unsafe { send_all(sock, scratch.as_ptr(), n, done + n < len)? };
+        done += n;
+    }
+    Ok(done)
+}
+
+/// Sends `len` zero bytes (the rest of a payload whose source ran short).
+pub fn send_zeros(sock: RawFd, mut len: u64) -> io::Result<()> {
+    static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+    while len > 0 {
+        let n = len.min(ZEROS.len() as u64) as usize;
+        // SAFETY: ZEROS is a static array of at least n bytes.
+        unsafe { send_all(sock, ZEROS.as_ptr(), n, false)? };
+        len -= n as u64;
+    }
+    Ok(())
+}

@@ -2,8 +2,8 @@
 //! and the dispatch of each request to the export.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::{Connection, LocalRegion};
@@ -32,16 +32,21 @@ pub(crate) struct Session {
     next_fh: AtomicU64,
     staging: Mutex<Vec<Staging>>,
     large_staging: Mutex<Vec<Staging>>,
+    /// Whether placed reads are sent straight from the file: asked for
+    /// (`ServeConfig::send_from_file`), cleared on the transport's first
+    /// `Unsupported` (verbs stages them).
+    sends_from_files: AtomicBool,
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<dyn Connection>) -> Session {
+    pub(crate) fn new(conn: Arc<dyn Connection>, send_from_file: bool) -> Session {
         Session {
             conn,
             files: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             staging: Mutex::new(Vec::new()),
             large_staging: Mutex::new(Vec::new()),
+            sends_from_files: AtomicBool::new(send_from_file),
         }
     }
 
@@ -209,6 +214,18 @@ impl Session {
                 Ok(Payload::Read { n: n as u32, data })
             }
             Some(d) => {
+                if self.sends_from_files.load(Ordering::Relaxed) {
+                    match self.read_from_file(&f, offset, len, d) {
+                        Ok(n) => {
+                            return Ok(Payload::Read {
+                                n: n as u32,
+                                data: Vec::new(),
+                            })
+                        }
+                        Err(None) => self.sends_from_files.store(false, Ordering::Relaxed),
+                        Err(Some(e)) => return Err(e),
+                    }
+                }
                 let staging = self.take_staging(len)?;
                 // SAFETY: the staging memory is ours, at least `len` bytes
                 // long (take_staging), and no one else uses it while we hold it.
@@ -224,15 +241,7 @@ impl Session {
                         super::poster::post(self.conn.as_ref(), move || {
                             conn.write_remote(&src, 0, n, &dst, at)
                         })
-                        .map_err(|e| {
-                            log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
-                            match e {
-                                hipfs_rdma::Error::OutOfRange { .. }
-                                | hipfs_rdma::Error::RemoteRejected(_)
-                                | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
-                                _ => libc::EIO,
-                            }
-                        })?;
+                        .map_err(|e| self.placement_errno(&e))?;
                     }
                     Ok(n)
                 });
@@ -243,6 +252,60 @@ impl Session {
                     data: Vec::new(),
                 })
             }
+        }
+    }
+}
+
+impl Session {
+    /// A placed read sent straight from the file (sendfile on TCP: no copy
+    /// through user memory on this side). `Err(None)`: the transport cannot
+    /// do it, use staging.
+    ///
+    /// The transport's sender thread reads the file, not this worker, so
+    /// the read is not made with the request's credentials; like pread on
+    /// the same fd it relies on the permission check done at open.
+    fn read_from_file(
+        &self,
+        f: &Arc<OwnedFd>,
+        offset: u64,
+        len: usize,
+        d: &ReadDest,
+    ) -> Result<usize, Option<Errno>> {
+        // Ask only for bytes the file has, so a read at the end reports a
+        // short count instead of zeros.
+        // SAFETY: a zeroed stat is a valid out-parameter for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on an fd we hold, into a local.
+        if unsafe { libc::fstat(f.as_raw_fd(), &mut st) } < 0 {
+            return Err(Some(last_errno()));
+        }
+        let size = u64::try_from(st.st_size).unwrap_or(0);
+        let n = size.saturating_sub(offset).min(len as u64) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let (conn, file, dst, at) = (self.conn.clone(), f.clone(), d.region, d.offset);
+        let sent = super::poster::post(self.conn.as_ref(), move || {
+            conn.write_remote_from_file(file.as_fd(), offset, n, &dst, at)
+        });
+        match sent {
+            Ok(got) => Ok(got),
+            Err(hipfs_rdma::Error::Unsupported(why)) => {
+                log::debug!("placed reads through staging: {why}");
+                Err(None)
+            }
+            Err(e) => Err(Some(self.placement_errno(&e))),
+        }
+    }
+
+    /// The errno a client sees when placing a read in its memory failed.
+    fn placement_errno(&self, e: &hipfs_rdma::Error) -> Errno {
+        log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
+        match e {
+            hipfs_rdma::Error::OutOfRange { .. }
+            | hipfs_rdma::Error::RemoteRejected(_)
+            | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
+            _ => libc::EIO,
         }
     }
 }

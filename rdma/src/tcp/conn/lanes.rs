@@ -2,7 +2,7 @@
 //! and the reader (applies WRITE frames straight into registered memory,
 //! completes READ answers, queues control messages; never writes).
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver};
@@ -43,6 +43,25 @@ impl Shared {
                                 )));
                             }
                         }
+                    }
+                }
+                Job::WriteFile { hdr, src, off } => {
+                    send_header(fd, &hdr, true)?;
+                    let (file, at, len) = (src.fd.as_raw_fd(), src.start + off, hdr.len as usize);
+                    // A file system that cannot splice fails sendfile before
+                    // the first byte: copy through a buffer instead.
+                    let sent = match sock::send_file(fd, file, at, len) {
+                        Ok(n) => n,
+                        Err(_) => sock::send_file_copied(fd, file, at, len)?,
+                    };
+                    if sent < len {
+                        // Tell the caller where the file data ends before
+                        // the frame's last byte goes out (the peer's ack
+                        // may release the caller right after it). The
+                        // header promised len bytes: pad, keeping the
+                        // stream in step.
+                        src.valid.fetch_min(off + sent as u64, Ordering::AcqRel);
+                        sock::send_zeros(fd, (len - sent) as u64)?;
                     }
                 }
                 Job::Header(h) => send_header(fd, &h, false)?,

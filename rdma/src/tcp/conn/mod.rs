@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,10 +31,47 @@ enum Job {
         slot: Arc<Slot>,
         local: u64,
     },
+    /// WRITE frame; the payload is `hdr.len` bytes of `src`'s file at
+    /// `off` past the operation's start (sent with sendfile).
+    WriteFile {
+        hdr: Header,
+        src: Arc<FileSource>,
+        off: u64,
+    },
     /// A header alone (READ_REQ, WRITE_ACK).
     Header(Header),
     /// Answer a READ_REQ: validated and sent under the region's lock.
     ReadResp(Header),
+}
+
+/// The file a `write_remote_from_file` sends from, shared by its chunks.
+struct FileSource {
+    /// A dup of the caller's fd: if the caller gives up (timeout) and
+    /// closes its own, chunks still queued read this file, never whatever
+    /// file reuses the number.
+    fd: OwnedFd,
+    /// File offset of the operation's first byte.
+    start: u64,
+    /// Length of the prefix of the operation that holds file data: the
+    /// whole length unless some chunk ran short (then padded with zeros).
+    valid: AtomicU64,
+}
+
+/// The local side of a one-sided operation.
+enum Local<'a> {
+    /// write_remote: from this region at this offset.
+    Write(&'a LocalRegion, usize),
+    /// read_remote: into this region at this offset.
+    Read(&'a LocalRegion, usize),
+    /// write_remote_from_file.
+    File(Arc<FileSource>),
+}
+
+/// [`Local`] once checked: regions resolved to their slot and address.
+enum Side {
+    Write(Arc<Slot>, u64),
+    Read(Arc<Slot>, u64),
+    File(Arc<FileSource>),
 }
 
 /// A one-sided operation waiting for the peer's answer.
@@ -222,9 +259,7 @@ impl Shared {
     /// Shared body of write_remote / read_remote.
     fn one_sided(
         &self,
-        write: bool,
-        local: &LocalRegion,
-        local_off: usize,
+        local: Local<'_>,
         len: usize,
         remote: &RemoteDescriptor,
         remote_off: u64,
@@ -238,25 +273,23 @@ impl Shared {
                     .into(),
             ));
         }
-        local.check_range(local_off, len)?;
         let raddr = remote.checked_addr(remote_off, len as u64)?;
-        let slot = self
-            .keys
-            .get(local.lkey())
-            .filter(|s| {
-                *s.lock()
-                    == Some(Range {
-                        start: local.ptr() as usize,
-                        len: local.len(),
-                    })
-            })
-            .ok_or_else(|| {
-                Error::InvalidArgument("local region is not registered on this connection".into())
-            })?;
+        // A region side becomes its key-table slot and the address of the
+        // first byte in it.
+        let side = match local {
+            Local::Write(r, off) | Local::Read(r, off) => {
+                r.check_range(off, len)?;
+                let at = (self.slot_of(r)?, r.ptr() as u64 + off as u64);
+                match local {
+                    Local::Read(..) => Side::Read(at.0, at.1),
+                    _ => Side::Write(at.0, at.1),
+                }
+            }
+            Local::File(src) => Side::File(src),
+        };
         if len == 0 {
             return Ok(());
         }
-        let laddr = local.ptr() as u64 + local_off as u64;
         let n = len.div_ceil(self.chunk);
         let (done_tx, done_rx) = bounded(n);
         let mut jobs = Vec::with_capacity(n);
@@ -270,35 +303,44 @@ impl Shared {
                 let off = (i * self.chunk) as u64;
                 let clen = (len - i * self.chunk).min(self.chunk) as u64;
                 let id = self.next_op.fetch_add(1, Ordering::Relaxed);
-                let mut h = Header::new(if write {
-                    FrameKind::Write
-                } else {
+                let mut h = Header::new(if matches!(side, Side::Read(..)) {
                     FrameKind::ReadReq
+                } else {
+                    FrameKind::Write
                 });
                 h.op_id = id;
                 h.rkey = remote.rkey;
                 h.addr = raddr + off;
                 h.len = clen;
-                let (pending, job) = if write {
-                    let job = Job::Write {
-                        hdr: h,
-                        slot: slot.clone(),
-                        local: laddr + off,
-                    };
-                    (
-                        Pending::Write {
-                            done: done_tx.clone(),
+                let write_done = || Pending::Write {
+                    done: done_tx.clone(),
+                };
+                let (pending, job) = match &side {
+                    Side::Write(slot, laddr) => (
+                        write_done(),
+                        Job::Write {
+                            hdr: h,
+                            slot: slot.clone(),
+                            local: laddr + off,
                         },
-                        job,
-                    )
-                } else {
-                    let pending = Pending::Read {
-                        done: done_tx.clone(),
-                        slot: slot.clone(),
-                        local: laddr + off,
-                        len: clen,
-                    };
-                    (pending, Job::Header(h))
+                    ),
+                    Side::Read(slot, laddr) => (
+                        Pending::Read {
+                            done: done_tx.clone(),
+                            slot: slot.clone(),
+                            local: laddr + off,
+                            len: clen,
+                        },
+                        Job::Header(h),
+                    ),
+                    Side::File(src) => (
+                        write_done(),
+                        Job::WriteFile {
+                            hdr: h,
+                            src: src.clone(),
+                            off,
+                        },
+                    ),
                 };
                 p.ops.insert(id, pending);
                 ids.push(id);
@@ -334,7 +376,10 @@ impl Shared {
             }
         }
         if result.is_ok() {
-            let c = if write { &self.written } else { &self.read };
+            let c = match side {
+                Side::Read(..) => &self.read,
+                Side::Write(..) | Side::File(_) => &self.written,
+            };
             c.fetch_add(len as u64, Ordering::Relaxed);
         } else {
             let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -343,6 +388,24 @@ impl Shared {
             }
         }
         result
+    }
+}
+
+impl Shared {
+    /// The key-table slot of a region registered on this connection.
+    fn slot_of(&self, local: &LocalRegion) -> Result<Arc<Slot>> {
+        self.keys
+            .get(local.lkey())
+            .filter(|s| {
+                *s.lock()
+                    == Some(Range {
+                        start: local.ptr() as usize,
+                        len: local.len(),
+                    })
+            })
+            .ok_or_else(|| {
+                Error::InvalidArgument("local region is not registered on this connection".into())
+            })
     }
 }
 
@@ -448,7 +511,30 @@ impl Connection for TcpConnection {
         remote_off: u64,
     ) -> Result<()> {
         self.shared
-            .one_sided(true, local, local_off, len, remote, remote_off)
+            .one_sided(Local::Write(local, local_off), len, remote, remote_off)
+    }
+
+    fn write_remote_from_file(
+        &self,
+        file: BorrowedFd<'_>,
+        file_offset: u64,
+        len: usize,
+        remote: &RemoteDescriptor,
+        remote_off: u64,
+    ) -> Result<usize> {
+        if file_offset.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "file range {file_offset}+{len} wraps around"
+            )));
+        }
+        let src = Arc::new(FileSource {
+            fd: file.try_clone_to_owned()?,
+            start: file_offset,
+            valid: AtomicU64::new(len as u64),
+        });
+        self.shared
+            .one_sided(Local::File(src.clone()), len, remote, remote_off)?;
+        Ok(src.valid.load(Ordering::Acquire) as usize)
     }
 
     fn read_remote(
@@ -460,7 +546,7 @@ impl Connection for TcpConnection {
         remote_off: u64,
     ) -> Result<()> {
         self.shared
-            .one_sided(false, local, local_off, len, remote, remote_off)
+            .one_sided(Local::Read(local, local_off), len, remote, remote_off)
     }
 
     fn stats(&self) -> ConnectionStats {
