@@ -4,55 +4,16 @@
 //! that needs no GPU checks that the runtime selection explains itself.
 
 mod common;
+mod gpu_common;
 
 use common::{pattern, scratch_dir, write_file};
+use gpu_common::{gpu, Dev};
 use hipfs::gpu::{self, GpuRuntime, MemoryKind};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 const FILE_LEN: usize = 48 << 20;
-
-fn gpu() -> Option<&'static dyn GpuRuntime> {
-    let rt = gpu::runtime();
-    if rt.device_count() == 0 {
-        println!("skipped: no GPU ({})", gpu::selection_message());
-        return None;
-    }
-    Some(rt)
-}
-
-/// Device memory freed on drop.
-struct Dev {
-    rt: &'static dyn GpuRuntime,
-    ptr: usize,
-    len: usize,
-}
-
-impl Dev {
-    fn new(rt: &'static dyn GpuRuntime, len: usize) -> Dev {
-        Dev {
-            rt,
-            ptr: rt.device_alloc(0, len).unwrap(),
-            len,
-        }
-    }
-    fn fetch(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
-        self.rt.copy_from_device(&mut v, self.ptr).unwrap();
-        v
-    }
-    fn buffer(&self) -> Buffer<'static> {
-        // SAFETY: ptr is a live device allocation of len bytes that outlives the Buffer.
-        unsafe { Buffer::new(self.ptr as *mut u8, self.len, 0) }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
-    }
-}
 
 struct Rng(u64);
 

@@ -5,79 +5,35 @@
 //! file. Runs where a GPU runtime finds a device (the device machine,
 //! through scripts/gpu/on-device.sh) and says why it skips elsewhere.
 
+mod gpu_common;
 mod remote_common;
 
-use hipfs::gpu::{self, GpuRuntime};
-use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
-use remote_common::{pattern, Fixture};
+use gpu_common::{gpu, Dev};
+use hipfs::Driver;
+use remote_common::{lcg, open_us, pattern, Fixture};
 use std::fs;
 
-fn gpu() -> Option<&'static dyn GpuRuntime> {
-    let rt = gpu::runtime();
-    if rt.device_count() == 0 {
-        println!("skipped: no GPU ({})", gpu::selection_message());
+/// The GPU runtime when there is a device and FUSE mounts work here;
+/// otherwise prints why the test skips.
+fn gpu_and_fuse() -> Option<&'static dyn hipfs::gpu::GpuRuntime> {
+    let rt = gpu()?;
+    if let Some(why) = remote_common::fuse_missing() {
+        println!("skipped: {why}");
         return None;
     }
     Some(rt)
 }
 
-/// Device memory freed on drop.
-struct Dev {
-    rt: &'static dyn GpuRuntime,
-    ptr: usize,
-    len: usize,
-}
-
-impl Dev {
-    fn new(rt: &'static dyn GpuRuntime, len: usize) -> Dev {
-        let ptr = rt.device_alloc(0, len).unwrap();
-        rt.device_memset(ptr, 0xa5, len).unwrap();
-        Dev { rt, ptr, len }
-    }
-    fn fetch(&self, off: usize, n: usize) -> Vec<u8> {
-        let mut v = vec![0u8; n];
-        self.rt.copy_from_device(&mut v, self.ptr + off).unwrap();
-        v
-    }
-    fn buffer(&self) -> Buffer<'static> {
-        // SAFETY: ptr is a live device allocation of len bytes that outlives the Buffer.
-        unsafe { Buffer::new(self.ptr as *mut u8, self.len, 0) }
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
-    }
-}
-
-fn lcg(x: &mut u64) -> u64 {
-    *x = x
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    *x >> 17
-}
-
-fn open_us(path: &std::path::Path, flags: i32) -> FileHandle {
-    let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
-    fh.open().unwrap();
-    fh
-}
-
 #[test]
 fn userspace_reads_into_device_memory_match_the_exported_file() {
-    let Some(rt) = gpu() else { return };
-    if let Some(why) = remote_common::fuse_missing() {
-        println!("skipped: {why}");
-        return;
-    }
+    let Some(rt) = gpu_and_fuse() else { return };
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = (40 << 20) + 4321;
     let data = pattern(7, size);
     fs::write(fx.e("shard"), &data).unwrap();
     let fh = open_us(&fx.m("shard"), libc::O_RDONLY);
-    let dev = Dev::new(rt, 24 << 20);
+    let dev = Dev::filled(rt, 24 << 20, 0xa5);
     let buf = dev.buffer();
     let mut x = 5u64;
     for round in 0..2 {
@@ -96,14 +52,14 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
             let n = fh.read(&buf, len, off as i64, boff as i64).unwrap();
             let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
             assert_eq!(n, want, "round {round}: read {len} at {off} into +{boff}");
-            let got = dev.fetch(boff, n);
+            let got = dev.fetch_at(boff, n);
             assert!(
                 got == data[off as usize..off as usize + n],
                 "round {round}: bytes of read {len} at {off} into +{boff}"
             );
             // Bytes past the read are untouched (still the poison).
             if boff + n < dev.len {
-                assert_eq!(dev.fetch(boff + n, 1)[0], 0x5a, "byte after the read");
+                assert_eq!(dev.fetch_at(boff + n, 1)[0], 0x5a, "byte after the read");
             }
         }
     }
@@ -112,11 +68,7 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
 
 #[test]
 fn userspace_writes_from_device_memory_land_in_the_exported_file() {
-    let Some(rt) = gpu() else { return };
-    if let Some(why) = remote_common::fuse_missing() {
-        println!("skipped: {why}");
-        return;
-    }
+    let Some(rt) = gpu_and_fuse() else { return };
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = (20 << 20) + 777;
@@ -141,11 +93,7 @@ fn userspace_writes_from_device_memory_land_in_the_exported_file() {
 
 #[test]
 fn threads_read_disjoint_pieces_into_one_device_buffer() {
-    let Some(rt) = gpu() else { return };
-    if let Some(why) = remote_common::fuse_missing() {
-        println!("skipped: {why}");
-        return;
-    }
+    let Some(rt) = gpu_and_fuse() else { return };
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = 48 << 20;
@@ -166,5 +114,5 @@ fn threads_read_disjoint_pieces_into_one_device_buffer() {
         }
     });
     buf.deregister().unwrap();
-    assert!(dev.fetch(0, size) == data);
+    assert!(dev.fetch() == data);
 }

@@ -11,20 +11,7 @@ use std::time::Duration;
 
 use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
-use remote_common::{free_port, pattern, spawn_server, Fixture};
-
-fn lcg(x: &mut u64) -> u64 {
-    *x = x
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    *x >> 17
-}
-
-fn open_us(path: &std::path::Path, flags: i32) -> FileHandle {
-    let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
-    fh.open().unwrap();
-    fh
-}
+use remote_common::{free_port, lcg, open_us, pattern, spawn_server, Fixture};
 
 #[test]
 fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {

@@ -9,7 +9,7 @@
 use super::bench::median;
 use super::parse_size;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, GpuRuntime};
+use crate::gpu::{self, DeviceAllocation, GpuRuntime};
 use crate::io::bounce_pool;
 use crate::{Buffer, FileHandle, FileHandleType, SizeTParam};
 use std::os::unix::fs::FileExt;
@@ -157,23 +157,12 @@ impl Drop for Pinned<'_> {
     }
 }
 
-/// Device memory for the duration of the benchmark.
-struct DeviceMem<'a> {
-    rt: &'a dyn GpuRuntime,
-    ptr: usize,
-}
-
-impl Drop for DeviceMem<'_> {
-    fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
-    }
-}
-
 struct Bench<'a> {
     rt: &'a dyn GpuRuntime,
     args: &'a GpuBenchArgs,
     size: usize,
-    dev: DeviceMem<'a>,
+    /// Device memory for the duration of the benchmark.
+    dev: DeviceAllocation<'a>,
     /// 256 MiB of pinned memory for checking and for the baselines.
     stage: Pinned<'a>,
     reference: Vec<u64>,
@@ -188,7 +177,7 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(piece);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr + off)?;
+            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
             got.extend(hash_parallel(host));
             off += n;
         }
@@ -209,7 +198,7 @@ impl Bench<'_> {
     }
 
     fn poison(&self) -> Result<()> {
-        self.rt.device_memset(self.dev.ptr, 0xA5, self.size)
+        self.rt.device_memset(self.dev.ptr(), 0xA5, self.size)
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
@@ -225,10 +214,10 @@ impl Bench<'_> {
             let r = unsafe {
                 if to_device {
                     self.rt
-                        .copy_to_device_async(self.dev.ptr + off, src, n, stream)
+                        .copy_to_device_async(self.dev.ptr() + off, src, n, stream)
                 } else {
                     self.rt
-                        .copy_from_device_async(src, self.dev.ptr + off, n, stream)
+                        .copy_from_device_async(src, self.dev.ptr() + off, n, stream)
                 }
             };
             if let Err(e) = r {
@@ -257,7 +246,7 @@ impl Bench<'_> {
                 break;
             }
             self.rt
-                .copy_to_device(self.dev.ptr + off, &host[..got.min(n)])?;
+                .copy_to_device(self.dev.ptr() + off, &host[..got.min(n)])?;
             off += got;
         }
         Ok(t.elapsed())
@@ -275,7 +264,7 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(CHUNK);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr + off)?;
+            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
             f.write_all_at(host, off as u64)?;
             off += n;
         }
@@ -310,7 +299,7 @@ impl Bench<'_> {
         let mut fh = FileHandle::new(&path, flags, 0o644, FileHandleType::OpaqueFd);
         fh.open()?;
         // SAFETY: dev.ptr is a live device allocation of size bytes.
-        let buf = unsafe { Buffer::new(self.dev.ptr as *mut u8, self.size, 0) };
+        let buf = unsafe { Buffer::new(self.dev.ptr() as *mut u8, self.size, 0) };
         buf.register()?;
         if cold {
             drop_cache(&self.args.file)?;
@@ -475,10 +464,7 @@ pub fn run_gpu_bench(args: GpuBenchArgs) -> Result<()> {
     };
     let repeats = args.repeats.max(1);
     let reference = hash_file(&args.file, size)?;
-    let dev = DeviceMem {
-        rt,
-        ptr: rt.device_alloc(args.device, size)?,
-    };
+    let dev = DeviceAllocation::new(rt, args.device, size)?;
     let stage = Pinned::new(rt, 256 << 20)?;
     let mut b = Bench {
         rt,

@@ -201,6 +201,37 @@ impl Drop for DeviceGuard {
     }
 }
 
+/// Device memory allocated through a runtime, freed when dropped.
+pub struct DeviceAllocation<'a> {
+    rt: &'a dyn GpuRuntime,
+    ptr: usize,
+    len: usize,
+}
+
+impl<'a> DeviceAllocation<'a> {
+    /// `len` bytes on `device`.
+    pub fn new(rt: &'a dyn GpuRuntime, device: i32, len: usize) -> Result<DeviceAllocation<'a>> {
+        let ptr = rt.device_alloc(device, len)?;
+        Ok(DeviceAllocation { rt, ptr, len })
+    }
+    /// The device address of the first byte.
+    pub fn ptr(&self) -> usize {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for DeviceAllocation<'_> {
+    fn drop(&mut self) {
+        self.rt.device_free(self.ptr);
+    }
+}
+
 fn no_gpu() -> Error {
     Error::new(OpError::DeviceNotFound, "no GPU runtime is active")
 }

@@ -287,17 +287,6 @@ pub enum BenchMemory {
     Gpu { device: i32 },
 }
 
-/// Device memory freed on drop.
-struct DeviceAlloc {
-    ptr: usize,
-}
-
-impl Drop for DeviceAlloc {
-    fn drop(&mut self) {
-        crate::gpu::runtime().device_free(self.ptr);
-    }
-}
-
 /// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls
 /// into `memory`; returns (bytes, checksum, seconds). The checksum covers
 /// every byte that arrived and is taken with the clock stopped (host: after
@@ -343,13 +332,11 @@ fn read_with_handle(
         BenchMemory::Gpu { device } => {
             let rt = crate::gpu::runtime();
             let len = size.max(1);
-            let dev = DeviceAlloc {
-                ptr: rt.device_alloc(device, len).map_err(to_remote)?,
-            };
+            let dev = crate::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
             // Poisoned, so bytes that never arrived cannot pass the check.
-            rt.device_memset(dev.ptr, 0xa5, len).map_err(to_remote)?;
+            rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
             // SAFETY: a live device allocation of `len` bytes, freed after `buf`.
-            let buf = unsafe { crate::Buffer::new(dev.ptr as *mut u8, len, 0) };
+            let buf = unsafe { crate::Buffer::new(dev.ptr() as *mut u8, len, 0) };
             buf.register().map_err(to_remote)?;
             let t = Instant::now();
             while (total as usize) < size {
@@ -368,7 +355,7 @@ fn read_with_handle(
             let mut off = 0usize;
             while off < total as usize {
                 let n = host.len().min(total as usize - off);
-                rt.copy_from_device(&mut host[..n], dev.ptr + off)
+                rt.copy_from_device(&mut host[..n], dev.ptr() + off)
                     .map_err(to_remote)?;
                 sum = fnv(sum, &host[..n]);
                 off += n;

@@ -194,3 +194,18 @@ pub fn raw_call(conn: &dyn hipfs_rdma::Connection, msg: &[u8]) -> hipfs::remote:
     conn.send(msg).unwrap();
     hipfs::remote::proto::Reply::decode(&conn.recv(Duration::from_secs(5)).unwrap()).unwrap()
 }
+
+/// A small deterministic generator for offsets and sizes.
+pub fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *x >> 17
+}
+
+/// A UserspaceFs handle on `path` (a file in a hipfs mount), opened.
+pub fn open_us(path: &Path, flags: i32) -> hipfs::FileHandle {
+    let mut fh = hipfs::FileHandle::new(path, flags, 0o644, hipfs::FileHandleType::UserspaceFs);
+    fh.open().unwrap();
+    fh
+}
