@@ -132,7 +132,7 @@ fn userspace_transfer(
     req: &Request,
     reg: Option<&buffer::RegisteredBuffer>,
     kind: MemoryKind,
-    _config: &Config,
+    config: &Config,
 ) -> Result<usize> {
     let host_ok = kind != MemoryKind::Device;
     let buf = match reg.and_then(|r| r.rdma_desc.get().map(|d| (r, d))) {
@@ -146,7 +146,7 @@ fn userspace_transfer(
             ptr: req.mem as *mut u8,
             len: req.size,
         },
-        None => return staged::userspace_transfer(fs, req),
+        None => return staged::userspace_transfer(fs, req, config),
     };
     let n = match req.dir {
         Dir::Read => fs.read(buf, req.file_offset)?,

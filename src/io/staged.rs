@@ -1,4 +1,7 @@
-//! Device-memory destinations of a local file: the pipelined bounce path.
+//! Device memory to and from a local file, or a userspace filesystem
+//! without RDMA registration (UserspaceFs over TCP): the pipelined bounce
+//! path. For a userspace filesystem the filesystem fills each slab where a
+//! file read would.
 //!
 //! Several workers each hold a lane (a stream and `depth` pinned slabs,
 //! see `bounce_pool`). Reading, a worker claims the next chunk, waits until
@@ -11,7 +14,7 @@
 //! (AMD's `hipAmdFileRead`), aligned requests try that first.
 
 use super::bounce_pool::{self, Lane, Plan, Profile};
-use super::host_path::{read_range, with_bounce, write_range};
+use super::host_path::{read_range, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
@@ -26,12 +29,89 @@ use std::time::Instant;
 /// Moves one request between device memory and a local file.
 pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result<usize> {
     let rt = gpu::runtime();
-    let info = gpu::classify(req.mem);
-    let device = info.device.max(0);
     if let Some(n) = try_p2p(rt, pf, req)? {
         return Ok(n);
     }
     let plan = Plan::new(config, pf.offset_align);
+    pipeline(rt, &Source::File(pf), req, plan)
+}
+
+/// A userspace filesystem with device memory and no RDMA registration:
+/// the same pinned pipeline, the filesystem filling (or draining) each
+/// slab while the copy engine moves the slabs before it. One worker per
+/// request the filesystem can serve at once.
+pub(crate) fn userspace_transfer(
+    fs: &dyn UserspaceFs,
+    req: &Request,
+    config: &Config,
+) -> Result<usize> {
+    let rt = gpu::runtime();
+    let mut plan = Plan::new(config, 4096);
+    // Same slabs as the file path (the pool keeps one shape); the pinned
+    // budget still caps the lanes.
+    plan.workers = fs.parallelism().clamp(1, 64);
+    pipeline(rt, &Source::Userspace(fs), req, plan)
+}
+
+/// Where the bytes of a staged request come from (reads) or go (writes).
+enum Source<'a> {
+    File(&'a PosixFile),
+    Userspace(&'a dyn UserspaceFs),
+}
+
+impl Source<'_> {
+    /// Fills `len` bytes at `dst` from offset `off`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` bytes of writes.
+    unsafe fn fill(&self, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Source::File(pf) => unsafe { read_range(pf, dst, len, off) },
+            Source::Userspace(fs) => {
+                let n = fs.read(UserspaceBuf::Host { ptr: dst, len }, off)?;
+                if n > len {
+                    return Err(Error::new(
+                        OpError::InternalError,
+                        format!("userspace filesystem reported {n} bytes for a {len}-byte read"),
+                    ));
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Writes `len` bytes at `src` to offset `off`.
+    ///
+    /// # Safety
+    /// `src` must be valid for `len` bytes of reads.
+    unsafe fn drain(&self, src: *const u8, len: usize, off: u64) -> Result<usize> {
+        match self {
+            // SAFETY: the caller's guarantee.
+            Source::File(pf) => unsafe { write_range(pf, src, len, off) },
+            Source::Userspace(fs) => {
+                let buf = UserspaceBuf::Host {
+                    ptr: src as *mut u8,
+                    len,
+                };
+                fs.write(buf, off)
+            }
+        }
+    }
+
+    /// The counter its bytes go to.
+    fn path(&self) -> IoPath {
+        match self {
+            Source::File(_) => IoPath::Staged,
+            Source::Userspace(_) => IoPath::Remote,
+        }
+    }
+}
+
+/// The bounce pipeline between device memory and `src`.
+fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan) -> Result<usize> {
+    let info = gpu::classify(req.mem);
+    let device = info.device.max(0);
     // Chunks sit at multiples of the slab size in the file, so all but the
     // first and last are aligned for O_DIRECT.
     let chunks = Chunks::new(req.file_offset, req.size, plan.slab);
@@ -48,7 +128,7 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
     let stop = AtomicBool::new(false);
     let job = Job {
         rt,
-        pf,
+        src,
         req,
         n,
         bounds: &bounds,
@@ -98,7 +178,7 @@ pub fn prepare(device: i32) -> Result<()> {
 /// What every worker of one request shares.
 struct Job<'a> {
     rt: &'static dyn GpuRuntime,
-    pf: &'a PosixFile,
+    src: &'a Source<'a>,
     req: &'a Request,
     n: usize,
     bounds: &'a (dyn Fn(usize) -> (u64, usize, usize) + Sync),
@@ -146,7 +226,7 @@ impl Job<'_> {
             let t = Instant::now();
             // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
             // done with it (its event completed just above).
-            let r = unsafe { read_range(self.pf, slot.buf.ptr(), len, off) };
+            let r = unsafe { self.src.fill(slot.buf.ptr(), len, off) };
             prof.file_ns += ns(t);
             if let Ok(got) = r {
                 if got > 0 {
@@ -159,7 +239,7 @@ impl Job<'_> {
                     };
                     rt.event_record(slot.event, lane.stream)?;
                     prof.enqueue_ns += ns(t);
-                    stats::record_read(IoPath::Staged, got);
+                    stats::record_read(self.src.path(), got);
                 }
                 prof.chunks += 1;
             }
@@ -210,10 +290,10 @@ impl Job<'_> {
             prof.wait_ns += ns(t);
             let t = Instant::now();
             // SAFETY: the slab holds len bytes copied from the device (its event completed).
-            let r = unsafe { write_range(self.pf, slot.buf.ptr(), len, off) };
+            let r = unsafe { self.src.drain(slot.buf.ptr(), len, off) };
             prof.file_ns += ns(t);
             if let Ok(put) = r {
-                stats::record_write(IoPath::Staged, put);
+                stats::record_write(self.src.path(), put);
                 prof.chunks += 1;
             }
             self.put(i, r, len);
@@ -271,49 +351,4 @@ fn try_p2p(rt: &dyn GpuRuntime, pf: &PosixFile, req: &Request) -> Result<Option<
         }
     }
     Ok(Some(done))
-}
-
-/// A userspace filesystem with device memory and no RDMA registration:
-/// stage through host memory.
-pub(crate) fn userspace_transfer(fs: &dyn UserspaceFs, req: &Request) -> Result<usize> {
-    let rt = gpu::runtime();
-    let chunk = 8 << 20;
-    super::run_chunks(
-        req.file_offset,
-        req.size,
-        chunk,
-        fs.parallelism().clamp(1, 64),
-        true,
-        &|_, off, len, m| {
-            let dev = req.mem + m;
-            with_bounce(chunk, 4096, |bounce| {
-                // SAFETY: the bounce holds at least len bytes.
-                let host = unsafe { std::slice::from_raw_parts_mut(bounce.as_mut_ptr(), len) };
-                let buf = UserspaceBuf::Host {
-                    ptr: host.as_mut_ptr(),
-                    len,
-                };
-                match req.dir {
-                    Dir::Read => {
-                        let n = fs.read(buf, off)?;
-                        if n > len {
-                            return Err(Error::new(
-                                OpError::InternalError,
-                                "filesystem over-reported a read",
-                            ));
-                        }
-                        rt.copy_to_device(dev, &host[..n])?;
-                        stats::record_read(IoPath::Remote, n);
-                        Ok(n)
-                    }
-                    Dir::Write => {
-                        rt.copy_from_device(host, dev)?;
-                        let n = fs.write(buf, off)?;
-                        stats::record_write(IoPath::Remote, n);
-                        Ok(n)
-                    }
-                }
-            })?
-        },
-    )
 }
