@@ -6,7 +6,7 @@
 # unmount. Needs root (FUSE mounts) and /dev/fuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v cargo >/dev/null || { echo "demo: needs Rust (cargo)" >&2; exit 1; }
+bash scripts/setup.sh demo
 [ -e /dev/fuse ] || { echo "demo: /dev/fuse is missing (modprobe fuse)" >&2; exit 1; }
 cargo build --release -q -p hipfs
 BIN=$PWD/target/release/hipfs

@@ -8,11 +8,17 @@ cd "$(dirname "$0")/.."
 
 stage() { printf '\n==== %s ====\n' "$*"; }
 
+stage "system packages (scripts/setup.sh test)"
+bash scripts/setup.sh test
+
 stage "cargo fmt --check"
 cargo fmt --all -- --check
 
 stage "cargo clippy (all targets, warnings are errors)"
 cargo clippy --all-targets -- -D warnings
+
+stage "build without default features (no verbs: needs no rdma-core headers, no libclang)"
+cargo check --workspace --no-default-features
 
 stage "cargo test (workspace)"
 cargo test --no-fail-fast

@@ -40,6 +40,7 @@ mod error;
 mod mem;
 mod region;
 pub mod tcp;
+#[cfg(feature = "verbs")]
 pub mod verbs;
 
 use std::fmt;
@@ -297,15 +298,15 @@ pub fn listen(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Listener>> {
         TransportKind::Tcp => Ok(Box::new(tcp::TcpListener::bind(addr, cfg)?)),
         TransportKind::Verbs => {
             if devices()?.is_empty() {
-                return Err(Error::NoDevice);
+                return Err(no_device());
             }
-            Ok(Box::new(verbs::VerbsListener::bind(addr, cfg)?))
+            with_verbs::listen(addr, cfg, false)
         }
         TransportKind::Auto => {
             if devices()?.is_empty() {
                 Ok(Box::new(tcp::TcpListener::bind(addr, cfg)?))
             } else {
-                Ok(Box::new(verbs::DualListener::bind(addr, cfg)?))
+                with_verbs::listen(addr, cfg, true)
             }
         }
     }
@@ -318,14 +319,14 @@ pub fn connect(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Connection>>
         TransportKind::Tcp => Ok(Box::new(tcp::TcpConnection::connect(addr, cfg)?)),
         TransportKind::Verbs => {
             if devices()?.is_empty() {
-                return Err(Error::NoDevice);
+                return Err(no_device());
             }
-            Ok(Box::new(verbs::VerbsConnection::connect(addr, cfg)?))
+            with_verbs::connect(addr, cfg)
         }
         TransportKind::Auto => {
             if !devices()?.is_empty() {
-                match verbs::VerbsConnection::connect(addr, cfg) {
-                    Ok(c) => return Ok(Box::new(c)),
+                match with_verbs::connect(addr, cfg) {
+                    Ok(c) => return Ok(c),
                     Err(e) => {
                         log::info!("verbs connect to {addr} failed ({e}); falling back to tcp")
                     }
@@ -333,6 +334,62 @@ pub fn connect(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Connection>>
             }
             Ok(Box::new(tcp::TcpConnection::connect(addr, cfg)?))
         }
+    }
+}
+
+/// The error for "verbs asked for, none here": a build without the `verbs`
+/// feature says so, since installing a NIC would not help.
+fn no_device() -> Error {
+    if cfg!(feature = "verbs") {
+        Error::NoDevice
+    } else {
+        Error::Unsupported(
+            "this build has no verbs transport (built without the `verbs` feature)".into(),
+        )
+    }
+}
+
+/// The verbs transport, or its absence in a build without the `verbs`
+/// feature (then [`devices`] is empty and these are never reached).
+#[cfg(feature = "verbs")]
+mod with_verbs {
+    use super::{verbs, Connection, Listener, Result, TransportConfig};
+
+    pub(crate) fn listen(
+        addr: &str,
+        cfg: &TransportConfig,
+        dual: bool,
+    ) -> Result<Box<dyn Listener>> {
+        if dual {
+            Ok(Box::new(verbs::DualListener::bind(addr, cfg)?))
+        } else {
+            Ok(Box::new(verbs::VerbsListener::bind(addr, cfg)?))
+        }
+    }
+
+    pub(crate) fn connect(addr: &str, cfg: &TransportConfig) -> Result<Box<dyn Connection>> {
+        Ok(Box::new(verbs::VerbsConnection::connect(addr, cfg)?))
+    }
+
+    pub(crate) fn devices() -> Result<Vec<super::DeviceInfo>> {
+        verbs::devices()
+    }
+}
+
+#[cfg(not(feature = "verbs"))]
+mod with_verbs {
+    use super::{no_device, Connection, DeviceInfo, Listener, Result, TransportConfig};
+
+    pub(crate) fn listen(_: &str, _: &TransportConfig, _: bool) -> Result<Box<dyn Listener>> {
+        Err(no_device())
+    }
+
+    pub(crate) fn connect(_: &str, _: &TransportConfig) -> Result<Box<dyn Connection>> {
+        Err(no_device())
+    }
+
+    pub(crate) fn devices() -> Result<Vec<DeviceInfo>> {
+        Ok(Vec::new())
     }
 }
 
@@ -353,7 +410,7 @@ pub struct DeviceInfo {
 /// are none, including when libibverbs reports ENOSYS because the kernel
 /// has no RDMA support.
 pub fn devices() -> Result<Vec<DeviceInfo>> {
-    verbs::devices()
+    with_verbs::devices()
 }
 
 #[cfg(test)]
