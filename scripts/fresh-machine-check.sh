@@ -64,12 +64,22 @@ mount --rbind /dev "$ROOT/dev"
 mount -t proc proc "$ROOT/proc"
 mount --rbind /sys "$ROOT/sys"
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# Networks that intercept TLS (as this workplace's does) need their CA: the
+# host's bundle is handed over through the usual variables, and nothing else
+# of the host's configuration is.
+CA_ENV=()
+if [ -f "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" ]; then
+    cp "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}" "$ROOT/opt/host-ca.crt"
+    for v in CARGO_HTTP_CAINFO SSL_CERT_FILE PIP_CERT REQUESTS_CA_BUNDLE CURL_CA_BUNDLE GIT_SSL_CAINFO; do
+        CA_ENV+=("$v=/opt/host-ca.crt")
+    done
+fi
 git clone -q --no-local "$REPO" "$ROOT/root/hipfs"
 echo "== cloned $(git -C "$ROOT/root/hipfs" log --oneline -1)"
 
 in_root() {
     chroot "$ROOT" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
-        RUSTUP_HOME=/opt/rustup CARGO_HOME=/root/.cargo RUSTUP_TOOLCHAIN=stable \
+        RUSTUP_HOME=/opt/rustup CARGO_HOME=/root/.cargo RUSTUP_TOOLCHAIN=stable "${CA_ENV[@]}" \
         PATH=/opt/cargo-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         /bin/bash -c "cd /root/hipfs && $1"
 }
