@@ -2,17 +2,17 @@
 //! mount beside the same reads through the remote client directly, in the
 //! same run, against the same in-process server.
 
-use crate::cli::bench::median;
 use std::io::Read;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::client::{ClientConfig, RemoteClient};
-use super::mount::{mount_remote, MountOptions};
-use super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
-use super::server::{ServeConfig, Server};
-use super::RemoteError;
+use hipfs::remote::client::{ClientConfig, RemoteClient};
+use hipfs::remote::mount::{mount_remote, MountOptions};
+use hipfs::remote::proto::{Op, Payload, WireCred, MAX_IO};
+use hipfs::remote::server::{ServeConfig, Server};
+use hipfs::remote::RemoteError;
+
+use super::median;
 
 /// One row of the result table.
 #[derive(Clone, Debug)]
@@ -63,8 +63,8 @@ fn fnv(h: u64, b: &[u8]) -> u64 {
 /// dropping the mount's cached pages; returns (bytes, checksum, seconds).
 fn read_via_mount(path: &Path) -> Result<(u64, u64, f64), RemoteError> {
     let mut f = std::fs::File::open(path)?;
-    // SAFETY: plain advice on an fd we hold; drops cached pages of the FUSE file.
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    // Drops cached pages of the FUSE file (advice: a failure only warms the run).
+    let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
     let mut buf = vec![0u8; MAX_IO];
     let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
     let t = Instant::now();
@@ -97,36 +97,19 @@ fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64)
         Payload::Opened { fh } => fh,
         _ => return Err(RemoteError::Config("unexpected reply to open".into())),
     };
-    let link = client.link()?;
-    let buf = link.take_recv_buf()?;
     let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
     let t = Instant::now();
     loop {
-        let p = client
-            .call(
-                &cred,
-                Op::Read {
-                    fh,
-                    offset: total,
-                    len: MAX_IO as u32,
-                    dest: Some(ReadDest {
-                        region: buf.region.descriptor(),
-                        offset: 0,
-                    }),
-                },
-            )
-            .map_err(proto)?;
-        let Payload::Read { n, .. } = p else {
-            return Err(RemoteError::Config("unexpected reply to read".into()));
-        };
+        let n = client.read_placed(&cred, fh, total, MAX_IO as u32, |bytes| {
+            sum = fnv(sum, bytes);
+            bytes.len()
+        })?;
         if n == 0 {
             break;
         }
-        sum = fnv(sum, buf.bytes(n as usize));
-        total += u64::from(n);
+        total += n as u64;
     }
     let secs = t.elapsed().as_secs_f64();
-    link.put_recv_buf(buf);
     let _ = client.call(&cred, Op::Release { fh });
     Ok((total, sum, secs))
 }
@@ -135,7 +118,7 @@ fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64)
 pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, RemoteError> {
     if !opts.file.exists() {
         match opts.create_size {
-            Some(n) => crate::cli::bench::generate_file(&opts.file, n, false)
+            Some(n) => super::generate_file(&opts.file, n, false)
                 .map_err(|e| RemoteError::Config(e.to_string()))?,
             None => {
                 return Err(RemoteError::Config(format!(
@@ -294,49 +277,50 @@ pub enum BenchMemory {
 /// so the timed part is the transfer alone, as in the ceiling beside it.
 fn read_with_handle(
     path: &Path,
-    kind: crate::FileHandleType,
+    kind: hipfs::FileHandleType,
     request: usize,
     memory: BenchMemory,
 ) -> Result<(u64, u64, f64), RemoteError> {
-    let to_remote = |e: crate::Error| RemoteError::Config(e.to_string());
+    let to_remote = |e: hipfs::Error| RemoteError::Config(e.to_string());
     if let Ok(f) = std::fs::File::open(path) {
-        // SAFETY: advice on an fd we hold: drop the mount's cached pages.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // Drop the mount's cached pages (advice: a failure only warms the run).
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
     }
     let size = std::fs::metadata(path)?.len() as usize;
-    let mut fh = crate::FileHandle::new(path, libc::O_RDONLY, 0, kind);
+    let mut fh = hipfs::FileHandle::new(path, libc::O_RDONLY, 0, kind);
     fh.open().map_err(to_remote)?;
     let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
     let secs = match memory {
         BenchMemory::Host => {
             let mut mem = vec![0u8; request];
-            let buf = crate::Buffer::from_slice(&mut mem, 0);
-            buf.register().map_err(to_remote)?;
-            // Only the read calls are timed: the checksum of each request
-            // runs between them with the clock stopped.
+            // Only the read calls are timed: registering the buffer and the
+            // checksum of each request run between them with the clock
+            // stopped (the buffer is registered per request so that the
+            // checksum can read `mem` once the buffer's borrow has ended).
             let mut secs = 0.0;
             loop {
+                let buf = hipfs::Buffer::from_slice(&mut mem, 0);
+                buf.register().map_err(to_remote)?;
                 let t = Instant::now();
                 let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
                 secs += t.elapsed().as_secs_f64();
+                let _ = buf.deregister();
+                drop(buf);
                 if n == 0 {
                     break;
                 }
-                // SAFETY: `buf` covers `mem`; the read finished writing it.
-                sum = fnv(sum, unsafe { std::slice::from_raw_parts(buf.ptr(), n) });
+                sum = fnv(sum, &mem[..n]);
                 total += n as u64;
             }
-            let _ = buf.deregister();
             secs
         }
         BenchMemory::Gpu { device } => {
-            let rt = crate::gpu::runtime();
+            let rt = hipfs::gpu::runtime();
             let len = size.max(1);
-            let dev = crate::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
+            let dev = hipfs::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
             // Poisoned, so bytes that never arrived cannot pass the check.
             rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
-            // SAFETY: a live device allocation of `len` bytes, freed after `buf`.
-            let buf = unsafe { crate::Buffer::new(dev.ptr() as *mut u8, len, 0) };
+            let buf = hipfs::Buffer::from_device(&dev, 0);
             buf.register().map_err(to_remote)?;
             let t = Instant::now();
             while (total as usize) < size {
@@ -377,7 +361,7 @@ pub fn bench_userspace(
 ) -> Result<Vec<MountBenchRow>, RemoteError> {
     if !opts.file.exists() {
         match opts.create_size {
-            Some(n) => crate::cli::bench::generate_file(&opts.file, n, false)
+            Some(n) => super::generate_file(&opts.file, n, false)
                 .map_err(|e| RemoteError::Config(e.to_string()))?,
             None => {
                 return Err(RemoteError::Config(format!(
@@ -387,7 +371,7 @@ pub fn bench_userspace(
             }
         }
     }
-    let _driver = crate::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
+    let _driver = hipfs::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
     let file = opts.file.canonicalize()?;
     let dir = file
         .parent()
@@ -401,19 +385,19 @@ pub fn bench_userspace(
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let via_mount = mnt.join(file.file_name().unwrap_or_default());
-    let lanes = super::client::userspace_lanes();
+    let lanes = hipfs::remote::client::userspace_lanes();
     let (mut us, mut fuse, mut ceil, mut multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut expect = None;
     let result = (|| {
         for i in 0..=opts.repeats.max(1) {
             let (n1, s1, t1) = read_with_handle(
                 &via_mount,
-                crate::FileHandleType::UserspaceFs,
+                hipfs::FileHandleType::UserspaceFs,
                 request,
                 memory,
             )?;
             let (n2, s2, t2) =
-                read_with_handle(&via_mount, crate::FileHandleType::OpaqueFd, request, memory)?;
+                read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory)?;
             let c = loopback_tcp_ceiling(size, 1)?;
             let m = loopback_tcp_ceiling(size, lanes)?;
             if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {

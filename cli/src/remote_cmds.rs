@@ -1,15 +1,22 @@
 //! `hipfs serve`, `hipfs mount`, `hipfs umount`, `hipfs stats MOUNTPOINT`.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::Args;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
-use super::parse_size;
+use hipfs::remote::mount::{mount_local, mount_remote, MountOptions};
+use hipfs::remote::server::{IdentityPolicy, ServeConfig, Server};
+use hipfs::remote::RemoteError;
+use hipfs::units::parse_size;
 
-use crate::remote::mount::{mount_local, mount_remote, MountOptions};
-use crate::remote::server::{IdentityPolicy, ServeConfig, Server};
-use crate::remote::RemoteError;
+/// What the `hipfs` subcommands return: any error, printed once by `main`.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
 /// `hipfs serve DIR --listen ADDR ...`
 #[derive(Args, Debug, Clone)]
@@ -20,7 +27,9 @@ use crate::remote::RemoteError;
 pub struct ServeArgs {
     /// The directory to export.
     pub dir: PathBuf,
-    /// Address to listen on (ip:port).
+    /// Address to listen on (ip:port; port 0 lets the OS choose). Once the
+    /// server accepts connections, stdout gets one line
+    /// `hipfs serve: listening on ADDR` with the bound address.
     #[arg(long, default_value = "127.0.0.1:7471")]
     pub listen: String,
     /// Refuse every change with EROFS.
@@ -72,13 +81,18 @@ pub struct MountArgs {
     /// Stay in the foreground (logs go to stderr).
     #[arg(long, short = 'f')]
     pub foreground: bool,
+    /// Internal: this process is the background mount that a `hipfs mount`
+    /// without --foreground started; it reports `ready` or `error: MSG` as
+    /// one line on stdout, then detaches its output.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
 }
 
 /// `hipfs umount MOUNTPOINT`
 #[derive(Args, Debug, Clone)]
 #[command(
     about = "Unmount a hipfs mount",
-    long_about = "Unmount a hipfs mount (lazily if it is busy).\n\nExample: hipfs umount /mnt/data"
+    long_about = "Unmount a hipfs mount (lazily if it is busy). Refuses anything the mount table does not list as a hipfs mount (type fuse.hipfs).\n\nExample: hipfs umount /mnt/data"
 )]
 pub struct UmountArgs {
     pub mountpoint: PathBuf,
@@ -93,29 +107,31 @@ fn parse_map_all(s: &str) -> Result<(u32, u32), RemoteError> {
     ))
 }
 
-/// Blocks SIGTERM and SIGINT in this thread (and every thread it starts
-/// afterwards) so that [`wait_for_signal`] receives them.
-fn block_term_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local value, then a thread mask change.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
+/// SIGTERM and SIGINT, delivered as messages from now on: registered before
+/// any work starts, so a signal that arrives early is not lost.
+fn term_signals() -> std::io::Result<Signals> {
+    Signals::new([SIGTERM, SIGINT])
 }
 
-fn wait_for_signal(set: &libc::sigset_t) -> i32 {
-    let mut sig = 0;
-    // SAFETY: `set` is initialised and its signals are blocked in every thread.
-    unsafe { libc::sigwait(set, &mut sig) };
-    sig
+/// Forwards the first of `signals` to `tx` (from a thread of its own, so the
+/// caller can wait for other events on the same channel).
+fn forward_signal(mut signals: Signals, tx: mpsc::Sender<StopReason>) {
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(StopReason::Signal(sig));
+        }
+    });
+}
+
+/// Why a foreground server or mount stops.
+enum StopReason {
+    Signal(i32),
+    /// The mount went away (unmounted from outside).
+    Unmounted,
 }
 
 /// Runs `hipfs serve` until SIGTERM/SIGINT.
-pub fn run_serve(args: &ServeArgs) -> crate::Result<()> {
+pub fn run_serve(args: &ServeArgs) -> CmdResult {
     let mut cfg = ServeConfig::new(&args.dir, args.listen.clone());
     cfg.read_only = args.read_only;
     cfg.insecure = args.insecure;
@@ -126,13 +142,13 @@ pub fn run_serve(args: &ServeArgs) -> crate::Result<()> {
         .parse()
         .map_err(|e: hipfs_rdma::Error| RemoteError::Config(e.to_string()))?;
     if let Some(t) = &args.token_file {
-        cfg.token = Some(crate::remote::auth::Token::from_file(t)?);
+        cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
     }
     cfg.policy = IdentityPolicy {
         squash_root: args.squash_root,
         map_all: args.map_all.as_deref().map(parse_map_all).transpose()?,
     };
-    let set = block_term_signals();
+    let mut signals = term_signals()?;
     let server = Server::start(cfg)?;
     eprintln!(
         "hipfs: serving {} on {}{} (SIGTERM or Ctrl-C stops)",
@@ -140,7 +156,13 @@ pub fn run_serve(args: &ServeArgs) -> crate::Result<()> {
         server.local_addr(),
         if args.read_only { ", read-only" } else { "" }
     );
-    let sig = wait_for_signal(&set);
+    // The machine-readable line (tests and scripts read the bound port from
+    // it): printed once the listener is bound, so connections succeed.
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "hipfs serve: listening on {}", server.local_addr())?;
+    out.flush()?;
+    drop(out);
+    let sig = signals.forever().next().unwrap_or(SIGTERM);
     eprintln!("hipfs: signal {sig}: finishing requests in flight");
     server.shutdown(Duration::from_secs(30));
     Ok(())
@@ -155,154 +177,183 @@ fn server_addr(source: &str) -> String {
     }
 }
 
-/// Runs `hipfs mount`.
-pub fn run_mount(args: &MountArgs) -> crate::Result<()> {
+/// Runs `hipfs mount`. Without `--foreground` the mount is served by a
+/// copy of this program started in the background (`--daemon-child`); this
+/// process returns once that copy reports the mount up, or fails with its
+/// error.
+pub fn run_mount(args: &MountArgs) -> CmdResult {
     let opts = MountOptions::parse(&args.options.join(","))?;
     if hipfs_fusefs::is_mounted(&args.mountpoint).unwrap_or(false) {
-        return Err(RemoteError::Config(format!(
-            "{} is already a mount point (hipfs umount it first)",
-            args.mountpoint.display()
-        ))
-        .into());
+        return report_failure(
+            args,
+            RemoteError::Config(format!(
+                "{} is already a mount point (hipfs umount it first)",
+                args.mountpoint.display()
+            ))
+            .into(),
+        );
     }
     if !args.mountpoint.is_dir() {
-        return Err(RemoteError::Config(format!(
-            "mount point {} is not a directory",
-            args.mountpoint.display()
-        ))
-        .into());
+        return report_failure(
+            args,
+            RemoteError::Config(format!(
+                "mount point {} is not a directory",
+                args.mountpoint.display()
+            ))
+            .into(),
+        );
     }
-    let mountpoint = args.mountpoint.canonicalize().map_err(RemoteError::Io)?;
+    let mountpoint = match args.mountpoint.canonicalize() {
+        Ok(m) => m,
+        Err(e) => return report_failure(args, RemoteError::Io(e).into()),
+    };
     let source = if args.local {
         args.source.clone()
     } else {
         server_addr(&args.source)
     };
     if args.local && !PathBuf::from(&source).is_dir() {
-        return Err(RemoteError::Config(format!("--local {source}: not a directory")).into());
+        return report_failure(
+            args,
+            RemoteError::Config(format!("--local {source}: not a directory")).into(),
+        );
     }
-    let set = block_term_signals();
-    if !args.foreground {
-        // Threads must not exist before fork: everything starts in the child.
-        daemonize()?;
+    if !args.foreground && !args.daemon_child {
+        return spawn_background_mount();
     }
+    if args.daemon_child {
+        // Away from the terminal's session, as a daemon: the mount must
+        // outlive the shell (or mount(8)) that started it.
+        let _ = rustix::process::setsid();
+    }
+    let signals = term_signals()?;
     let result = if args.local {
         mount_local(&PathBuf::from(&source), &mountpoint, &opts)
     } else {
         mount_remote(&source, &mountpoint, &opts)
     };
     let mounted = match result {
-        Ok(m) => {
-            report_ready(Ok(()));
-            m
-        }
-        Err(e) => {
-            report_ready(Err(e.to_string()));
-            return Err(e.into());
-        }
+        Ok(m) => m,
+        Err(e) => return report_failure(args, e.into()),
     };
+    if args.daemon_child {
+        report_ready()?;
+    }
     // Wait for a signal or for the mount to go away (umount from outside).
+    let (tx, rx) = mpsc::channel();
+    forward_signal(signals, tx.clone());
     let watcher_mp = mountpoint.clone();
-    std::thread::spawn(move || {
-        // Give the mount table a moment, then poll it.
-        loop {
-            std::thread::sleep(Duration::from_millis(500));
-            if !hipfs_fusefs::is_mounted(&watcher_mp).unwrap_or(true) {
-                // SAFETY: raising a signal to our own process.
-                unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
-                return;
-            }
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(500));
+        if !hipfs_fusefs::is_mounted(&watcher_mp).unwrap_or(true) {
+            let _ = tx.send(StopReason::Unmounted);
+            return;
         }
     });
-    let _ = wait_for_signal(&set);
+    match rx.recv() {
+        Ok(StopReason::Signal(sig)) => log::info!("signal {sig}: unmounting"),
+        Ok(StopReason::Unmounted) | Err(_) => log::info!("unmounted from outside"),
+    }
     mounted.unmount()?;
     Ok(())
 }
 
-static READY_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+/// The error of a mount that could not be set up: a background copy
+/// reports it to the process that started it (which prints it, once) and
+/// exits; a foreground mount returns it for `main` to print.
+fn report_failure(args: &MountArgs, e: Box<dyn std::error::Error>) -> CmdResult {
+    if !args.daemon_child {
+        return Err(e);
+    }
+    // One line: newlines in the message would end it early.
+    let line = e.to_string().replace('\n', " ");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "error: {line}");
+    let _ = out.flush();
+    Err(Box::new(AlreadyReported))
+}
 
-/// Forks; the parent waits until the child reports the mount up (exit 0) or
-/// failed (its message on stderr, exit 1). The child continues detached.
-fn daemonize() -> Result<(), RemoteError> {
-    let mut fds = [0i32; 2];
-    // SAFETY: `fds` has room for two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error().into());
+/// A failure the background mount has already handed to its parent; `main`
+/// exits nonzero without printing it again.
+#[derive(Debug)]
+pub struct AlreadyReported;
+
+impl std::fmt::Display for AlreadyReported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("reported to the parent process")
     }
-    // SAFETY: no other threads exist yet (checked by the caller's order of work).
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    if pid > 0 {
-        // SAFETY: closing our copy of the write end.
-        unsafe { libc::close(fds[1]) };
-        let mut msg = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: reading into a local buffer.
-            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                break;
-            }
-            msg.extend_from_slice(&buf[..n as usize]);
-        }
-        if msg == b"ok" {
-            std::process::exit(0);
-        }
-        let text = String::from_utf8_lossy(&msg);
-        eprintln!(
-            "hipfs: mount failed: {}",
-            if text.is_empty() {
-                "the mount process died"
-            } else {
-                &text
-            }
-        );
-        std::process::exit(1);
-    }
-    // SAFETY: child: its own session, away from the terminal.
-    unsafe {
-        libc::close(fds[0]);
-        libc::setsid();
-    }
-    READY_FD.store(fds[1], std::sync::atomic::Ordering::SeqCst);
+}
+
+impl std::error::Error for AlreadyReported {}
+
+/// Tells the parent the mount is up, then points stdin, stdout and stderr
+/// at /dev/null: the parent (and its terminal) go away, and a write to a
+/// closed pipe or terminal must not fail later.
+fn report_ready() -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    rustix::stdio::dup2_stdin(&null)?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&null)?;
     Ok(())
 }
 
-fn report_ready(r: Result<(), String>) {
-    let fd = READY_FD.swap(-1, std::sync::atomic::Ordering::SeqCst);
-    if fd < 0 {
-        return;
-    }
-    let msg = match &r {
-        Ok(()) => b"ok".to_vec(),
-        Err(e) => e.as_bytes().to_vec(),
+/// Starts this program again with the same arguments plus `--daemon-child`
+/// and waits for its one-line report: `ready` (return, the mount stays with
+/// the child) or `error: MSG` / end of output (fail with that message).
+fn spawn_background_mount() -> CmdResult {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--daemon-child")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err("mount failed: no report channel to the mount process".into());
     };
-    // SAFETY: writing a local buffer to our pipe, then detaching stdio.
-    unsafe {
-        libc::write(fd, msg.as_ptr().cast(), msg.len());
-        libc::close(fd);
-        if r.is_ok() {
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-            if null >= 0 {
-                libc::dup2(null, 0);
-                libc::dup2(null, 1);
-                libc::dup2(null, 2);
-                libc::close(null);
-            }
-        }
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let line = line.trim_end();
+    if line == "ready" {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    match line.strip_prefix("error: ") {
+        Some(msg) => Err(format!("mount failed: {msg}").into()),
+        None => Err(format!("mount failed: the mount process died ({status})").into()),
     }
 }
 
-/// Runs `hipfs umount`.
-pub fn run_umount(args: &UmountArgs) -> crate::Result<()> {
-    if !hipfs_fusefs::is_mounted(&args.mountpoint).unwrap_or(false) {
-        return Err(
-            RemoteError::Config(format!("{} is not mounted", args.mountpoint.display())).into(),
-        );
+/// Runs `hipfs umount`: only hipfs mounts (type `fuse.hipfs` in the mount
+/// table, or a plain `fuse` mount whose root answers hipfs' identify
+/// request), never another filesystem.
+pub fn run_umount(args: &UmountArgs) -> CmdResult {
+    let mp = &args.mountpoint;
+    let entry = hipfs_fusefs::mount_at(mp).map_err(RemoteError::Io)?;
+    let Some((fs_type, source)) = entry else {
+        return Err(RemoteError::Config(format!("{} is not mounted", mp.display())).into());
+    };
+    let hipfs_mount = fs_type == hipfs_fusefs::HIPFS_FS_TYPE
+        || (fs_type == "fuse"
+            && std::fs::File::open(mp).is_ok_and(|f| {
+                hipfs_fusefs::is_hipfs_fd(std::os::fd::AsRawFd::as_raw_fd(&f)).unwrap_or(false)
+            }));
+    if !hipfs_mount {
+        return Err(RemoteError::Config(format!(
+            "{} is not a hipfs mount (type {fs_type}, source {source}); use umount(8) for it",
+            mp.display()
+        ))
+        .into());
     }
-    hipfs_fusefs::unmount_path(&args.mountpoint).map_err(RemoteError::Io)?;
+    hipfs_fusefs::unmount_path(mp).map_err(RemoteError::Io)?;
     Ok(())
 }
 
@@ -351,8 +402,8 @@ pub struct BenchRemoteArgs {
     pub sendfile: bool,
 }
 
-fn bench_opts(args: &BenchRemoteArgs) -> crate::Result<crate::remote::bench::MountBenchOptions> {
-    Ok(crate::remote::bench::MountBenchOptions {
+fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::MountBenchOptions> {
+    Ok(crate::bench::remote::MountBenchOptions {
         file: args.file.clone(),
         create_size: args.create,
         repeats: args.repeats,
@@ -365,9 +416,9 @@ fn bench_opts(args: &BenchRemoteArgs) -> crate::Result<crate::remote::bench::Mou
 /// the same reads through the remote client directly.
 ///
 /// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
-pub fn run_bench_mount(args: &BenchRemoteArgs) -> crate::Result<()> {
-    let rows = crate::remote::bench::bench_mount(&bench_opts(args)?)?;
-    crate::remote::bench::print_mount_table(
+pub fn run_bench_mount(args: &BenchRemoteArgs) -> CmdResult {
+    let rows = crate::bench::remote::bench_mount(&bench_opts(args)?)?;
+    crate::bench::remote::print_mount_table(
         &format!(
             "hipfs bench mount {} (loopback, server page cache warm, median of {})",
             args.file.display(),
@@ -382,18 +433,18 @@ pub fn run_bench_mount(args: &BenchRemoteArgs) -> crate::Result<()> {
 /// loopback TCP ceiling and OpaqueFd reads through the FUSE mount.
 ///
 /// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
-pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
+pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
     let request = usize::try_from(args.request)
         .ok()
         .filter(|r| *r > 0)
         .ok_or_else(|| RemoteError::Config("--request must be > 0".into()))?;
-    use crate::remote::bench::BenchMemory;
+    use crate::bench::remote::BenchMemory;
     let memory = if args.gpu {
-        let rt = crate::gpu::runtime();
+        let rt = hipfs::gpu::runtime();
         if rt.name() == "host" || rt.device_count() == 0 {
             return Err(RemoteError::Config(format!(
                 "--gpu: no GPU runtime with a device ({})",
-                crate::gpu::selection_message()
+                hipfs::gpu::selection_message()
             ))
             .into());
         }
@@ -403,14 +454,14 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> crate::Result<()> {
     } else {
         BenchMemory::Host
     };
-    let rows = crate::remote::bench::bench_userspace(&bench_opts(args)?, request, memory)?;
+    let rows = crate::bench::remote::bench_userspace(&bench_opts(args)?, request, memory)?;
     let what = match memory {
         BenchMemory::Host => "host memory".to_string(),
         BenchMemory::Gpu { device } => {
-            format!("GPU {device} memory via {}", crate::gpu::runtime().name())
+            format!("GPU {device} memory via {}", hipfs::gpu::runtime().name())
         }
     };
-    crate::remote::bench::print_mount_table(
+    crate::bench::remote::print_mount_table(
         &format!(
             "hipfs bench userspace {} ({what}, loopback, median of {}{})",
             args.file.display(),
@@ -440,37 +491,28 @@ pub struct StatsArgs {
 /// The counters of the process serving the hipfs mount at `mountpoint`
 /// (read through an attribute of its root directory).
 pub fn mount_stats(mountpoint: &std::path::Path) -> Result<String, RemoteError> {
-    use std::os::unix::ffi::OsStrExt;
-    let p = std::ffi::CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| RemoteError::Config("mount point contains NUL".into()))?;
-    let name = std::ffi::CString::new(crate::remote::client::backend::STATS_XATTR)
-        .map_err(|_| RemoteError::Config("bad attribute name".into()))?;
     let mut buf = vec![0u8; 64 * 1024];
-    // SAFETY: NUL-terminated strings; the kernel writes at most buf.len() bytes.
-    let n = unsafe {
-        libc::getxattr(
-            p.as_ptr(),
-            name.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(RemoteError::Config(format!(
-            "{}: not a hipfs mount root, or its daemon does not answer ({e})",
-            mountpoint.display()
-        )));
-    }
-    buf.truncate(n as usize);
+    let n = rustix::fs::getxattr(
+        mountpoint,
+        hipfs::remote::client::backend::STATS_XATTR,
+        &mut buf[..],
+    )
+    .map_err(|e| {
+        RemoteError::Config(format!(
+            "{}: not a hipfs mount root, or its daemon does not answer ({})",
+            mountpoint.display(),
+            std::io::Error::from(e)
+        ))
+    })?;
+    buf.truncate(n);
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// Runs `hipfs stats [MOUNTPOINT]`.
-pub fn run_stats(args: &StatsArgs) -> crate::Result<()> {
+pub fn run_stats(args: &StatsArgs) -> CmdResult {
     match &args.mountpoint {
         Some(m) => print!("{}", mount_stats(m)?),
-        None => println!("{}", crate::stats::snapshot()),
+        None => println!("{}", hipfs::stats::snapshot()),
     }
     Ok(())
 }

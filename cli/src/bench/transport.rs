@@ -1,13 +1,14 @@
-//! Throughput benchmarks: a transport against a plain-socket ceiling,
-//! measured in the same run (printed by `hipfs bench transport`).
+//! `hipfs bench transport` and `hipfs bench transport-ops`: a transport's
+//! one-sided operations against a plain-socket ceiling, measured in the
+//! same run.
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
-use crate::mem::PageBuffer;
-use crate::{TransportConfig, TransportKind};
+use hipfs_rdma::{Error, OwnedRegion, Result, TransportConfig, TransportKind};
+
+use super::{median, print_table, BenchRow};
 
 /// Which one-sided operation a benchmark drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +22,7 @@ pub enum BenchOp {
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchSpec {
-    /// Transport (`Auto` resolves as in [`crate::connect`]).
+    /// Transport (`Auto` resolves as in [`hipfs_rdma::connect`]).
     pub kind: TransportKind,
     /// Listen address of the in-process server; `127.0.0.1:0` for loopback.
     /// Verbs needs the IP of an RDMA-capable interface.
@@ -88,38 +89,30 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
         lanes: spec.lanes,
         ..TransportConfig::default()
     };
-    let listener = crate::listen(&spec.addr, &cfg)?;
+    let listener = hipfs_rdma::listen(&spec.addr, &cfg)?;
     let addr = listener.local_addr();
     let span = spec.block_size * spec.depth;
-    let server_buf = PageBuffer::new(span)?;
-    let client_buf = PageBuffer::new(span)?;
-    // Touch every page: untouched zeroed memory maps the one shared zero
-    // page, which would make the sender's reads look cheaper than the
-    // plain-socket ceiling's.
-    for b in [&server_buf, &client_buf] {
-        // SAFETY: the buffer owns `span` writable bytes and nothing else uses it yet.
-        unsafe { std::ptr::write_bytes(b.ptr(), 0x5a, span) };
-    }
     let (server, client) = std::thread::scope(|s| {
         let acc = s.spawn(|| listener.accept());
-        let client = crate::connect(&addr, &cfg);
+        let client = hipfs_rdma::connect(&addr, &cfg);
         let server = acc
             .join()
             .map_err(|_| Error::Protocol("accept thread panicked".into()))?;
         Ok::<_, Error>((server?, client?))
     })?;
-    // SAFETY: the buffers outlive the connections (dropped at the end of
-    // this function, after `server` and `client` by declaration order).
-    let sr = unsafe { server.register(server_buf.ptr(), span)? };
-    let cr = unsafe { client.register(client_buf.ptr(), span)? };
-    let desc = sr.descriptor();
+    // Every byte written: untouched zeroed memory maps the one shared zero
+    // page, which would make the sender's reads look cheaper than the
+    // plain-socket ceiling's.
+    let sr = OwnedRegion::new(server.as_ref(), span, 0x5a)?;
+    let cr = OwnedRegion::new(client.as_ref(), span, 0x5a)?;
+    let desc = sr.region().descriptor();
     let blocks = spec.total_bytes.div_ceil(spec.block_size as u64);
     let next = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..spec.depth)
             .map(|t| {
-                let (client, cr, next, desc) = (&client, &cr, &next, &desc);
+                let (client, cr, next, desc) = (&client, cr.region(), &next, &desc);
                 s.spawn(move || -> Result<()> {
                     let off = t * spec.block_size;
                     while next.fetch_add(1, Ordering::Relaxed) < blocks {
@@ -204,4 +197,103 @@ pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
         bytes: got,
         elapsed,
     })
+}
+
+/// `hipfs bench transport`: the transport's one-sided writes on loopback
+/// beside a plain socket copy of the same bytes, both measured now.
+pub fn run_transport_bench(kind: &str, size: u64, lanes: usize, repeats: usize) -> hipfs::Result<()> {
+    let kind: TransportKind = kind
+        .parse()
+        .map_err(|e| hipfs::Error::new(hipfs::OpError::InvalidValue, format!("{e}")))?;
+    let err = |e: Error| hipfs::Error::new(hipfs::OpError::DriverError, e.to_string());
+    let mut ceiling = Vec::new();
+    let mut ours = Vec::new();
+    let mut name = String::new();
+    for _ in 0..repeats.max(1) {
+        let c = plain_socket_copy(size).map_err(err)?;
+        ceiling.push(c.elapsed);
+        let t = transport_throughput(kind, size, lanes).map_err(err)?;
+        name = t.name.clone();
+        ours.push(t.elapsed);
+    }
+    let gib = |d: Duration| size as f64 / d.as_secs_f64() / (1u64 << 30) as f64;
+    let c = gib(median(ceiling));
+    let o = gib(median(ours));
+    print_table(
+        &format!(
+            "hipfs bench transport: {} per run on loopback, median of {}",
+            size,
+            repeats.max(1)
+        ),
+        &[
+            BenchRow {
+                name: "ceiling: plain socket copy".to_string(),
+                gib_per_s: c,
+                ratio: 1.0,
+            },
+            BenchRow {
+                name,
+                gib_per_s: o,
+                ratio: o / c,
+            },
+        ],
+    );
+    Ok(())
+}
+
+/// `hipfs bench transport-ops`: RDMA WRITE and READ throughput with a
+/// chosen block size and depth (and, for verbs, the IP of an RDMA
+/// interface), beside the plain-socket ceiling for TCP/auto. Was the
+/// `transport_bench` example of hipfs-rdma; the table is the same.
+pub fn run_transport_ops(
+    kind: TransportKind,
+    mib: u64,
+    lanes: usize,
+    ip: &str,
+    block_kib: usize,
+    depth: Option<usize>,
+) -> hipfs::Result<()> {
+    let err = |e: Error| hipfs::Error::new(hipfs::OpError::DriverError, e.to_string());
+    let depth = depth.unwrap_or(lanes);
+    let size = mib << 20;
+    println!(
+        "{:<44} {:>12} {:>9} {:>7}",
+        "what", "bytes", "GB/s", "ratio"
+    );
+    let ceiling = if kind == TransportKind::Verbs {
+        None
+    } else {
+        let c = plain_socket_copy(size).map_err(err)?;
+        println!(
+            "{:<44} {:>12} {:>9.3} {:>7}",
+            c.name,
+            c.bytes,
+            c.gbytes_per_sec(),
+            "1.00"
+        );
+        Some(c.gbytes_per_sec())
+    };
+    for op in [BenchOp::Write, BenchOp::Read] {
+        let r = run(&BenchSpec {
+            kind,
+            addr: format!("{ip}:0"),
+            total_bytes: size,
+            block_size: block_kib << 10,
+            lanes,
+            depth,
+            op,
+        })
+        .map_err(err)?;
+        let ratio = ceiling
+            .map(|c| format!("{:.2}", r.gbytes_per_sec() / c))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "{:<44} {:>12} {:>9.3} {:>7}",
+            r.name,
+            r.bytes,
+            r.gbytes_per_sec(),
+            ratio
+        );
+    }
+    Ok(())
 }

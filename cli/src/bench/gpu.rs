@@ -6,12 +6,10 @@
 //! timed region): the device data is copied back and hashed per chunk
 //! against the file.
 
-use super::bench::median;
-use super::parse_size;
-use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, DeviceAllocation, GpuRuntime};
-use crate::io::bounce_pool;
-use crate::{Buffer, FileHandle, FileHandleType, SizeTParam};
+use super::{median, parse_size};
+use hipfs::gpu::{self, DeviceAllocation, GpuRuntime};
+use hipfs::io::bounce_pool;
+use hipfs::{Buffer, Error, FileHandle, FileHandleType, OpError, Result, SizeTParam};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -145,6 +143,9 @@ impl<'a> Pinned<'a> {
             len,
         })
     }
+    // Until the core has an owning pinned-host type with a safe slice
+    // (typed GPU handles, being added in src/gpu/), this view needs unsafe.
+    #[allow(unsafe_code)]
     fn slice(&mut self) -> &mut [u8] {
         // SAFETY: ptr is a live pinned allocation of len bytes owned by self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
@@ -202,6 +203,9 @@ impl Bench<'_> {
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
+    // The runtime's async copies are `unsafe fn` (raw addresses) until the
+    // typed stream/pinned handles land in the core.
+    #[allow(unsafe_code)]
     fn ceiling(&mut self, to_device: bool) -> Result<Duration> {
         let _g = self.rt.bind(self.args.device)?;
         let stream = self.rt.stream_create(self.args.device)?;
@@ -281,25 +285,24 @@ impl Bench<'_> {
         compat: bool,
     ) -> Result<Duration> {
         if let Some((threads, chunk)) = cfg {
-            crate::set_parameter_size(SizeTParam::ExecutionMaxIOThreads, threads)?;
-            crate::set_parameter_size(SizeTParam::ExecutionMaxRequestParallelism, threads)?;
-            crate::set_parameter_size(SizeTParam::PropertiesMaxDirectIOSizeKB, chunk / 1024)?;
+            hipfs::set_parameter_size(SizeTParam::ExecutionMaxIOThreads, threads)?;
+            hipfs::set_parameter_size(SizeTParam::ExecutionMaxRequestParallelism, threads)?;
+            hipfs::set_parameter_size(SizeTParam::PropertiesMaxDirectIOSizeKB, chunk / 1024)?;
             // Room for every worker's two slabs.
-            crate::set_parameter_size(
+            hipfs::set_parameter_size(
                 SizeTParam::PropertiesMaxDeviceCacheSizeKB,
                 threads * chunk * 4 / 1024,
             )?;
         }
-        crate::set_parameter_bool(crate::BoolParam::ForceCompatMode, compat)?;
-        let drv = crate::Driver::open()?;
+        hipfs::set_parameter_bool(hipfs::BoolParam::ForceCompatMode, compat)?;
+        let drv = hipfs::Driver::open()?;
         let (path, flags) = match write_to {
             Some(p) => (p.to_path_buf(), libc::O_WRONLY | libc::O_CREAT),
             None => (self.args.file.clone(), libc::O_RDONLY),
         };
         let mut fh = FileHandle::new(&path, flags, 0o644, FileHandleType::OpaqueFd);
         fh.open()?;
-        // SAFETY: dev.ptr is a live device allocation of size bytes.
-        let buf = unsafe { Buffer::new(self.dev.ptr() as *mut u8, self.size, 0) };
+        let buf = Buffer::from_device(&self.dev, 0);
         buf.register()?;
         if cold {
             drop_cache(&self.args.file)?;
@@ -343,24 +346,13 @@ fn open(path: &Path, direct: bool, write: bool) -> Result<std::fs::File> {
 /// Drops the file's cached pages: all caches where we may (root), else
 /// `posix_fadvise(DONTNEED)` on the file.
 fn drop_cache(path: &Path) -> Result<()> {
-    // SAFETY: sync has no preconditions.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     if std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok() {
         return Ok(());
     }
     let f = std::fs::File::open(path)?;
-    // SAFETY: advice on an open fd.
-    let r = unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&f),
-            0,
-            0,
-            libc::POSIX_FADV_DONTNEED,
-        )
-    };
-    if r != 0 {
-        return Err(Error::system(r, "posix_fadvise(DONTNEED)"));
-    }
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)
+        .map_err(|e| Error::system(e.raw_os_error(), "posix_fadvise(DONTNEED)"))?;
     Ok(())
 }
 
@@ -438,7 +430,7 @@ pub fn run_gpu_bench(args: GpuBenchArgs) -> Result<()> {
     }
     if !args.file.exists() {
         match args.create {
-            Some(n) => super::bench::generate_file(&args.file, n, false)?,
+            Some(n) => super::generate_file(&args.file, n, false)?,
             None => {
                 return Err(Error::new(
                     OpError::InvalidValue,
@@ -550,7 +542,7 @@ pub fn run_gpu_bench(args: GpuBenchArgs) -> Result<()> {
             }
         }
         let _ = std::fs::remove_file(&out);
-        crate::set_parameter_bool(crate::BoolParam::ForceCompatMode, false)?;
+        hipfs::set_parameter_bool(hipfs::BoolParam::ForceCompatMode, false)?;
     } else {
         if args.direct {
             let mut v = Vec::new();

@@ -1,8 +1,8 @@
 //! `hipfs bench read FILE`: the library's read into host memory beside the
 //! ceiling measured in the same run (a plain parallel `pread` of the file).
 
-use crate::error::{Error, OpError, Result};
-use crate::{Buffer, FileHandle, FileHandleType};
+use super::{generate_file, median, progress_bar, BenchRow};
+use hipfs::{Buffer, Error, FileHandle, FileHandleType, OpError, Result};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,54 +21,6 @@ pub struct ReadBenchOptions {
     pub progress: bool,
 }
 
-/// One row of the result table.
-#[derive(Debug, Clone)]
-pub struct BenchRow {
-    pub name: String,
-    pub gib_per_s: f64,
-    pub ratio: f64,
-}
-
-/// Writes a file of pseudo-random bytes (never zeros: compression or
-/// zero-page tricks must not flatter a result).
-pub fn generate_file(path: &Path, size: u64, progress: bool) -> Result<()> {
-    let f = std::fs::File::create(path)
-        .map_err(|e| Error::from(e).with_context(format!("create {}", path.display())))?;
-    let bar = progress_bar(size, progress, "generating");
-    let mut block = vec![0u8; 8 << 20];
-    let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ size;
-    let mut off = 0u64;
-    while off < size {
-        for w in block.chunks_exact_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            w.copy_from_slice(&state.to_le_bytes());
-        }
-        let n = (size - off).min(block.len() as u64) as usize;
-        f.write_all_at(&block[..n], off)?;
-        off += n as u64;
-        bar.set_position(off);
-    }
-    bar.finish_and_clear();
-    f.sync_all()?;
-    Ok(())
-}
-
-fn progress_bar(len: u64, on: bool, msg: &'static str) -> indicatif::ProgressBar {
-    if !on {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg:>10} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(msg);
-    bar
-}
-
 fn checksum(data: &[u8]) -> u64 {
     // FNV-1a over 8-byte words: cheap, and any misplaced block changes it.
     let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -79,12 +31,6 @@ fn checksum(data: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
-}
-
-/// The median of a benchmark's repetitions (the default value when there are none).
-pub(crate) fn median<T: Copy + PartialOrd + Default>(mut v: Vec<T>) -> T {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn parallel_pread(path: &Path, dst: &mut [u8], threads: usize) -> Result<()> {
@@ -145,7 +91,7 @@ pub fn run_read_bench(opts: &ReadBenchOptions) -> Result<Vec<BenchRow>> {
     let repeats = opts.repeats.max(1);
     let bar = progress_bar((repeats * 2) as u64 * size as u64, opts.progress, "reading");
 
-    let drv = crate::Driver::open()?;
+    let drv = hipfs::Driver::open()?;
     let mut fh = FileHandle::new(&opts.file, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open()?;
     let req = if opts.request_size == 0 {
@@ -210,60 +156,4 @@ pub fn run_read_bench(opts: &ReadBenchOptions) -> Result<Vec<BenchRow>> {
             ratio: o / c,
         },
     ])
-}
-
-/// Prints rows as a table.
-pub fn print_table(title: &str, rows: &[BenchRow]) {
-    println!("{title}");
-    println!("{:<48} {:>10} {:>10}", "path", "GiB/s", "ratio");
-    for r in rows {
-        println!(
-            "{:<48} {:>10.2} {:>9.0}%",
-            r.name,
-            r.gib_per_s,
-            r.ratio * 100.0
-        );
-    }
-}
-
-/// `hipfs bench transport`: the transport's one-sided writes on loopback
-/// beside a plain socket copy of the same bytes, both measured now.
-pub fn run_transport_bench(kind: &str, size: u64, lanes: usize, repeats: usize) -> Result<()> {
-    let kind: hipfs_rdma::TransportKind = kind
-        .parse()
-        .map_err(|e| Error::new(OpError::InvalidValue, format!("{e}")))?;
-    let err = |e: hipfs_rdma::Error| Error::new(OpError::DriverError, e.to_string());
-    let mut ceiling = Vec::new();
-    let mut ours = Vec::new();
-    let mut name = String::new();
-    for _ in 0..repeats.max(1) {
-        let c = hipfs_rdma::bench::plain_socket_copy(size).map_err(err)?;
-        ceiling.push(c.elapsed);
-        let t = hipfs_rdma::bench::transport_throughput(kind, size, lanes).map_err(err)?;
-        name = t.name.clone();
-        ours.push(t.elapsed);
-    }
-    let gib = |d: Duration| size as f64 / d.as_secs_f64() / (1u64 << 30) as f64;
-    let c = gib(median(ceiling));
-    let o = gib(median(ours));
-    print_table(
-        &format!(
-            "hipfs bench transport: {} per run on loopback, median of {}",
-            size,
-            repeats.max(1)
-        ),
-        &[
-            BenchRow {
-                name: "ceiling: plain socket copy".to_string(),
-                gib_per_s: c,
-                ratio: 1.0,
-            },
-            BenchRow {
-                name,
-                gib_per_s: o,
-                ratio: o / c,
-            },
-        ],
-    );
-    Ok(())
 }

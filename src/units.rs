@@ -1,10 +1,5 @@
-//! The `hipfs` command's subcommands, as library functions so the binary
-//! stays a thin layer.
-
-pub mod bench;
-pub mod bench_gpu;
-pub mod check;
-pub mod remote_cmds;
+//! Units of the command line and of mount options: byte counts such as
+//! `64K` or `8G`, parsed in one place for `hipfs` flags and `mount -o`.
 
 /// Parses a byte count like `4096`, `64K`, `16M`, `8G`, `1TiB` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {

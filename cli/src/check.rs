@@ -1,7 +1,7 @@
 //! `hipfs check [DIR]`: what this host can do.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// One line of the report.
@@ -22,9 +22,9 @@ fn finding(what: &str, ok: bool, detail: impl Into<String>) -> Finding {
 /// Checks GPU runtimes, RDMA devices, FUSE and (for `dir`) O_DIRECT support.
 pub fn run_checks(dir: &Path) -> Vec<Finding> {
     let mut out = Vec::new();
-    let (maj, min, pat) = crate::get_version();
+    let (maj, min, pat) = hipfs::get_version();
     out.push(finding("hipfs", true, format!("version {maj}.{min}.{pat}")));
-    for (name, r) in crate::gpu::probe_report() {
+    for (name, r) in hipfs::gpu::probe_report() {
         match r {
             Ok(_) if name == "host" => out.push(finding(
                 "runtime host",
@@ -42,7 +42,7 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
     out.push(finding(
         "runtime in use",
         true,
-        crate::gpu::runtime().name().to_string(),
+        hipfs::gpu::runtime().name().to_string(),
     ));
     match hipfs_rdma_devices() {
         Ok(0) => out.push(finding(
@@ -72,34 +72,30 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
 
 fn hipfs_rdma_devices() -> Result<usize, String> {
     // The transport crate answers "no devices" on hosts without verbs.
-    Ok(crate::rdma_device_count())
+    Ok(hipfs::rdma_device_count())
 }
 
 fn check_direct_io(dir: &Path) -> Finding {
     let probe = dir.join(format!(".hipfs-check-{}", std::process::id()));
-    let Ok(cpath) = CString::new(probe.as_os_str().as_bytes()) else {
-        return finding("o_direct", false, "path contains a NUL byte");
-    };
-    // SAFETY: cpath is NUL-terminated.
-    let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_CREAT | libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    let res = if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        finding(
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let res = match opened {
+        Err(e) => finding(
             "o_direct",
             false,
             format!(
                 "{}: O_DIRECT refused ({e}); hipfs uses buffered I/O here",
                 dir.display()
             ),
-        )
-    } else {
-        let f = crate::io::posix::PosixFile::open(fd, &crate::config::Config::default());
+        ),
+        Ok(file) => {
+        let f = hipfs::io::posix::PosixFile::open(file.as_raw_fd(), &hipfs::config::Config::default());
         let detail = match f {
             Ok(pf) if pf.direct.is_some() => format!(
                 "{} ({}): O_DIRECT works, offset alignment {} B, memory alignment {} B",
@@ -111,9 +107,9 @@ fn check_direct_io(dir: &Path) -> Finding {
             Ok(pf) => format!("{} ({}): buffered only", dir.display(), pf.fs_name),
             Err(e) => format!("{}: {e}", dir.display()),
         };
-        // SAFETY: fd is ours.
-        unsafe { libc::close(fd) };
+        // `file` closes the descriptor when it goes out of scope, after `f`.
         finding("o_direct", true, detail)
+        }
     };
     let _ = std::fs::remove_file(&probe);
     res
