@@ -1,14 +1,10 @@
-//! `hipfs`: the command-line face of the library. The binary crate owns
-//! flags, process control (signals, the background mount) and every
-//! benchmark; the core library `hipfs` has none of them.
+//! `hipfs`: the command-line face of the library: flags and dispatch. The
+//! subcommands and benchmarks are in the `hipfs_cli` library of this
+//! package (so its integration tests can call them too).
 
-// No `unsafe` here: process control goes through std, rustix and
-// signal-hook. The two GPU bench sites that still need it are marked.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
-mod bench;
-mod check;
-mod remote_cmds;
+use hipfs_cli::{bench, check, remote_cmds};
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -2,7 +2,6 @@
 //! 4 GiB, many small files, cp -a / tar / fio round trips, every byte
 //! compared.
 
-mod remote_common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -10,7 +9,7 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::process::Command;
 
-use remote_common::{pattern, Fixture};
+use crate::remote_common::{pattern, Fixture};
 
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap();

@@ -3,11 +3,9 @@
 //! scripts/gpu/on-device.sh) and says why it skips elsewhere. The one test
 //! that needs no GPU checks that the runtime selection explains itself.
 
-mod common;
-mod gpu_common;
 
-use common::{pattern, scratch_dir, write_file};
-use gpu_common::{gpu, Dev};
+use crate::common::{pattern, scratch_dir, write_file};
+use crate::gpu_common::{gpu, Dev};
 use hipfs::gpu::{self, GpuRuntime, MemoryKind};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use std::os::unix::fs::FileExt;
@@ -97,7 +95,7 @@ fn registered_device_buffers_receive_exactly_the_requested_bytes() {
     let Some(rt) = gpu() else { return };
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-reg");
-    let data = pattern(FILE_LEN, 11);
+    let data = pattern(11, FILE_LEN);
     let path = write_file(dir.path(), "f", &data);
     round_trips(rt, &path, &data, true, 0x1234_5678, 60);
 }
@@ -107,7 +105,7 @@ fn unregistered_device_buffers_are_staged_and_equally_exact() {
     let Some(rt) = gpu() else { return };
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-unreg");
-    let data = pattern(FILE_LEN, 12);
+    let data = pattern(12, FILE_LEN);
     let path = write_file(dir.path(), "f", &data);
     round_trips(rt, &path, &data, false, 0x8765_4321, 60);
 }
@@ -117,7 +115,7 @@ fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
     let Some(rt) = gpu() else { return };
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-mt");
-    let data = pattern(FILE_LEN, 13);
+    let data = pattern(13, FILE_LEN);
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, FILE_LEN);
     rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
@@ -155,9 +153,9 @@ fn device_writes_at_random_offsets_land_in_the_file() {
     let Some(rt) = gpu() else { return };
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-write");
-    let mut expect = pattern(FILE_LEN, 14);
+    let mut expect = pattern(14, FILE_LEN);
     let path = write_file(dir.path(), "f", &expect);
-    let src = pattern(16 << 20, 15);
+    let src = pattern(15, 16 << 20);
     let dev = Dev::new(rt, src.len());
     rt.copy_to_device(dev.ptr, &src).unwrap();
     let buf = dev.buffer();
@@ -193,7 +191,7 @@ fn reads_past_the_end_of_file_stop_short_into_device_memory() {
     let Some(rt) = gpu() else { return };
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-eof");
-    let data = pattern(5 << 20 | 123, 16);
+    let data = pattern(16, 5 << 20 | 123);
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, 8 << 20);
     rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();

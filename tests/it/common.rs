@@ -4,17 +4,20 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Deterministic pseudo-random bytes (never all zeros).
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 24) as u8
-        })
-        .collect()
+/// Deterministic pseudo-random bytes (never all zeros; 8 per step, so
+/// large ones are quick even in debug builds). The one `pattern` of the
+/// tests: seed first, then length.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
 }
 
 /// A temp dir on a filesystem that supports O_DIRECT (not tmpfs-only /tmp).

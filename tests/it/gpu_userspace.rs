@@ -5,12 +5,11 @@
 //! file. Runs where a GPU runtime finds a device (the device machine,
 //! through scripts/gpu/on-device.sh) and says why it skips elsewhere.
 
-mod gpu_common;
-mod remote_common;
 
-use gpu_common::{gpu, Dev};
+use crate::gpu_common::{gpu, Dev};
+use crate::remote_common;
 use hipfs::Driver;
-use remote_common::{lcg, open_us, pattern, Fixture};
+use crate::remote_common::{lcg, open_us, pattern, Fixture};
 use std::fs;
 
 /// The GPU runtime when there is a device and FUSE mounts work here;

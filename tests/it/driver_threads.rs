@@ -1,9 +1,8 @@
 //! Reference counting and thread safety: many threads opening and closing
 //! the driver, registering handles and buffers, and reading concurrently.
 
-mod common;
 
-use common::{pattern, scratch_dir, write_file};
+use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +15,7 @@ fn many_threads_open_register_read_and_close_with_a_balanced_count() {
     let base = Driver::open().unwrap();
     let start = hipfs::use_count();
     let dir = scratch_dir("thr");
-    let data = Arc::new(pattern(4 << 20, 17));
+    let data = Arc::new(pattern(17, 4 << 20));
     let path = write_file(dir.path(), "f", &data);
     let threads: Vec<_> = (0..8)
         .map(|t| {
@@ -60,7 +59,7 @@ fn one_handle_serves_concurrent_readers_and_writers_on_disjoint_ranges() {
     let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("shared");
-    let data = pattern(8 << 20, 23);
+    let data = pattern(23, 8 << 20);
     let path = write_file(dir.path(), "f", &data);
     let mut fh = FileHandle::new(&path, libc::O_RDWR, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
@@ -70,7 +69,7 @@ fn one_handle_serves_concurrent_readers_and_writers_on_disjoint_ranges() {
             let fh = Arc::clone(&fh);
             std::thread::spawn(move || {
                 let off = t << 20;
-                let mut src = pattern(1 << 20, 100 + t as u64);
+                let mut src = pattern(100 + t as u64, 1 << 20);
                 let buf = Buffer::from_slice(&mut src, 0);
                 assert_eq!(fh.write(&buf, 1 << 20, off as i64, 0).unwrap(), 1 << 20);
                 drop(buf);
@@ -87,6 +86,6 @@ fn one_handle_serves_concurrent_readers_and_writers_on_disjoint_ranges() {
     }
     let on_disk = std::fs::read(&path).unwrap();
     for t in 0..8usize {
-        assert!(on_disk[t << 20..(t + 1) << 20] == pattern(1 << 20, 100 + t as u64)[..]);
+        assert!(on_disk[t << 20..(t + 1) << 20] == pattern(100 + t as u64, 1 << 20)[..]);
     }
 }

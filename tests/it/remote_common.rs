@@ -7,8 +7,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions};
 use hipfs::remote::server::{ServeConfig, Server};
@@ -25,10 +24,12 @@ pub fn fuse_missing() -> Option<String> {
     None
 }
 
-#[macro_export]
+/// Returns early (printing why) when FUSE tests cannot run here. (The cli's
+/// test binary uses it; the core's, which has this file too, does not.)
+#[allow(unused_macros)]
 macro_rules! require_fuse {
     () => {
-        if let Some(why) = remote_common::fuse_missing() {
+        if let Some(why) = $crate::remote_common::fuse_missing() {
             eprintln!("SKIPPED: {why}");
             return;
         }
@@ -90,43 +91,6 @@ impl Drop for Fixture {
     }
 }
 
-/// The `hipfs` binary of this build.
-pub fn hipfs_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_hipfs"))
-}
-
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `hipfs serve` as a child process; waits until it accepts connections.
-pub fn spawn_server(dir: &Path, port: u16, extra: &[&str]) -> Child {
-    let child = Command::new(hipfs_bin())
-        .arg("serve")
-        .arg(dir)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server did not start on port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
 /// errno of a failed operation as a name-like string, or "ok".
 pub fn outcome<T>(r: io::Result<T>) -> String {
     match r {
@@ -159,20 +123,7 @@ pub fn close(fd: i32) {
     unsafe { libc::close(fd) };
 }
 
-/// Deterministic pseudo-random bytes (8 per step, so large ones are quick
-/// even in debug builds).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e3779b97f4a7c15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
+pub use crate::common::pattern;
 
 /// A raw protocol connection that has passed the handshake (no token), for
 /// sending hand-made messages.

@@ -1,9 +1,8 @@
 //! OpaqueFd reads and writes into host memory, checked against `std::fs`
 //! as the oracle, through the O_DIRECT path and the buffered fallback.
 
-mod common;
 
-use common::{pattern, scratch_dir, write_file, TestMem};
+use crate::common::{pattern, scratch_dir, write_file, TestMem};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 use proptest::prelude::*;
 use std::os::unix::fs::FileExt;
@@ -56,7 +55,7 @@ fn write_case(
 ) {
     let mut fh = FileHandle::new(path, libc::O_RDWR, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
-    let src = pattern(boff + size, seed);
+    let src = pattern(seed, boff + size);
     let mut mem = TestMem::new(boff + size, misalign);
     mem.as_mut_slice().copy_from_slice(&src);
     let buf = Buffer::from_slice(mem.as_mut_slice(), 0);
@@ -88,7 +87,7 @@ proptest! {
         let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let _drv = Driver::open().unwrap();
         let dir = scratch_dir("rd");
-        let data = pattern(FILE_LEN, 7);
+        let data = pattern(7, FILE_LEN);
         let path = write_file(dir.path(), "f", &data);
         read_case(&path, &data, off, size, boff, misalign);
     }
@@ -100,7 +99,7 @@ proptest! {
         let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let _drv = Driver::open().unwrap();
         let dir = scratch_dir("wr");
-        let mut oracle = pattern(1 << 20, 3);
+        let mut oracle = pattern(3, 1 << 20);
         let path = write_file(dir.path(), "f", &oracle);
         for (i, (off, size, boff, mis)) in ops.into_iter().enumerate() {
             write_case(&path, &mut oracle, off, size, boff, mis, i as u64 + 11);
@@ -113,7 +112,7 @@ fn large_aligned_reads_take_the_direct_path_when_the_page_cache_is_cold() {
     let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("direct");
-    let data = pattern(8 << 20, 5);
+    let data = pattern(5, 8 << 20);
     let path = write_file(dir.path(), "f", &data);
     // Evict the file's pages so the page-cache probe misses.
     let f = std::fs::File::open(&path).unwrap();
@@ -157,7 +156,7 @@ fn a_partial_block_write_keeps_the_rest_of_the_block() {
     let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("partial");
-    let mut oracle = pattern(64 << 10, 9);
+    let mut oracle = pattern(9, 64 << 10);
     let path = write_file(dir.path(), "f", &oracle);
     // 100 bytes in the middle of block 2, then a write spanning blocks 3..6 unaligned.
     write_case(&path, &mut oracle, 8192 + 1000, 100, 0, 0, 21);
@@ -169,7 +168,7 @@ fn writes_past_the_end_extend_the_file() {
     let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("extend");
-    let mut oracle = pattern(5000, 1);
+    let mut oracle = pattern(1, 5000);
     let path = write_file(dir.path(), "f", &oracle);
     write_case(&path, &mut oracle, 20_000, 70_000, 0, 0, 2);
     write_case(&path, &mut oracle, 200_001, 1, 0, 0, 3);
@@ -185,7 +184,7 @@ fn forced_compat_mode_serves_everything_buffered() {
     hipfs::set_parameter_bool(hipfs::BoolParam::ForceCompatMode, true).unwrap();
     let drv = Driver::open().unwrap();
     let dir = scratch_dir("compat");
-    let data = pattern(2 << 20, 4);
+    let data = pattern(4, 2 << 20);
     let path = write_file(dir.path(), "f", &data);
     let before = hipfs::stats::snapshot();
     read_case(&path, &data, 4096, 1 << 20, 0, 0);
@@ -230,7 +229,7 @@ fn a_filesystem_that_refuses_o_direct_falls_back_or_is_refused_without_compat() 
         }
     }
     let _u = Umount(mnt.clone());
-    let data = pattern(300_000, 12);
+    let data = pattern(12, 300_000);
     let path = write_file(&mnt, "f", &data);
     let probe = std::fs::OpenOptions::new()
         .read(true)
@@ -278,7 +277,7 @@ fn requests_split_across_workers_return_the_same_bytes_as_one_thread() {
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("par");
     // Not a multiple of the chunk or the block size.
-    let data = pattern((40 << 20) + 12_345, 6);
+    let data = pattern(6, (40 << 20) + 12_345);
     let path = write_file(dir.path(), "f", &data);
     read_case(&path, &data, 777, (40 << 20) + 20_000, 5, 3);
     let f = std::fs::File::open(&path).unwrap();

@@ -1,8 +1,7 @@
 //! Every error the API returns for bad input, reached from bad input.
 
-mod common;
 
-use common::{pattern, scratch_dir, write_file};
+use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
@@ -141,7 +140,7 @@ fn buffer_offsets_out_of_range_are_invalid_values() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("err");
-    let path = write_file(dir.path(), "f", &pattern(10_000, 1));
+    let path = write_file(dir.path(), "f", &pattern(1, 10_000));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
     let mut mem = vec![0u8; 4096];
@@ -182,7 +181,7 @@ fn reads_past_the_end_of_file_return_zero_and_straddling_reads_are_short() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("eof");
-    let data = pattern(10_000, 2);
+    let data = pattern(2, 10_000);
     let path = write_file(dir.path(), "f", &data);
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
@@ -198,7 +197,7 @@ fn io_on_a_closed_handle_is_handle_not_registered_and_close_is_idempotent() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("closed");
-    let path = write_file(dir.path(), "f", &pattern(4096, 3));
+    let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     let mut mem = vec![0u8; 4096];
     let buf = Buffer::from_slice(&mut mem, 0);
@@ -268,7 +267,7 @@ fn wrong_open_flags_and_bad_fds_are_refused_with_the_right_code() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("flags");
-    let path = write_file(dir.path(), "f", &pattern(4096, 3));
+    let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(
         &path,
         libc::O_WRONLY | libc::O_APPEND,
@@ -317,7 +316,7 @@ fn userspace_fs_on_a_plain_file_is_io_not_supported_with_a_reason() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("ufs");
-    let path = write_file(dir.path(), "f", &pattern(4096, 3));
+    let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::UserspaceFs);
     let e = fh.open().unwrap_err();
     assert_eq!(e.op(), OpError::IoNotSupported);
@@ -329,7 +328,7 @@ fn handle_type_changes_only_while_closed_and_win32_is_not_implemented() {
     let _g = guard();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("ht");
-    let path = write_file(dir.path(), "f", &pattern(4096, 3));
+    let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0o600, FileHandleType::OpaqueFd);
     assert_eq!(fh.mode(), 0o600);
     assert_eq!(fh.flags(), libc::O_RDONLY);
@@ -351,7 +350,7 @@ fn io_after_the_driver_closed_to_zero_fails_cleanly() {
     let _g = guard();
     close_all();
     let dir = scratch_dir("zero");
-    let path = write_file(dir.path(), "f", &pattern(4096, 3));
+    let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
     assert_eq!(

@@ -2,7 +2,6 @@
 //! tokens, read-only exports, path escapes and crafted messages, users
 //! denied by mode bits, root squashing, SIGTERM draining.
 
-mod remote_common;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -18,7 +17,8 @@ use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::remote::proto::{Op, Payload, Request, WireCred};
 use hipfs::remote::server::{ServeConfig, Server};
 use hipfs::remote::RemoteError;
-use remote_common::{free_port, pattern, raw_call, raw_connection, spawn_server, Fixture};
+use crate::remote_common::{pattern, raw_call, raw_connection, Fixture};
+use crate::serve::spawn_server;
 
 fn kill9(child: &mut std::process::Child) {
     // SAFETY: signalling our own child process by its pid.
@@ -46,8 +46,8 @@ fn server_killed_during_a_large_read_fails_the_read_then_a_restart_resumes_the_s
     let mnt = tempfile::tempdir().unwrap();
     let data = pattern(11, 256 << 20);
     fs::write(export.path().join("big"), &data).unwrap();
-    let port = free_port();
-    let mut server = spawn_server(export.path(), port, &[]);
+    let mut server = spawn_server(export.path(), 0, &[]);
+    let port = server.port;
     let addr = format!("127.0.0.1:{port}");
     let m = mount_remote(&addr, mnt.path(), &opts("direct_io,timeout=2")).unwrap();
     let mut f = fs::File::open(mnt.path().join("big")).unwrap();
@@ -114,8 +114,8 @@ fn server_killed_during_writes_leaves_only_whole_acknowledged_writes() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = spawn_server(export.path(), port, &[]);
+    let mut server = spawn_server(export.path(), 0, &[]);
+    let port = server.port;
     let addr = format!("127.0.0.1:{port}");
     let m = mount_remote(&addr, mnt.path(), &opts("direct_io,timeout=2")).unwrap();
     let chunk = 1usize << 20;
@@ -482,8 +482,8 @@ fn root_on_a_client_of_a_squash_root_export_is_treated_as_nobody() {
 #[test]
 fn sigterm_lets_the_server_finish_and_exit_cleanly() {
     let export = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut server = spawn_server(export.path(), port, &[]);
+    let mut server = spawn_server(export.path(), 0, &[]);
+    let port = server.port;
     let mut c = ClientConfig::new(&format!("127.0.0.1:{port}"));
     c.transport = hipfs_rdma::TransportKind::Tcp;
     c.timeout = Duration::from_secs(2);
@@ -598,8 +598,8 @@ fn a_mount_whose_server_is_gone_unmounts_without_force() {
     let export = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
     fs::write(export.path().join("f"), b"x").unwrap();
-    let port = free_port();
-    let mut server = spawn_server(export.path(), port, &[]);
+    let mut server = spawn_server(export.path(), 0, &[]);
+    let port = server.port;
     let m = mount_remote(&format!("127.0.0.1:{port}"), mnt.path(), &opts("timeout=2")).unwrap();
     assert_eq!(fs::read(mnt.path().join("f")).unwrap(), b"x");
     kill9(&mut server);

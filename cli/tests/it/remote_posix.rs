@@ -3,14 +3,13 @@
 //! what it observes (results, errnos, modes, sizes, link counts) and the two
 //! records must be equal.
 
-mod remote_common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use remote_common::{close, cpath, open_raw, outcome, Fixture};
+use crate::remote_common::{close, cpath, open_raw, outcome, Fixture};
 
 type Scenario = fn(&Path) -> Vec<String>;
 
@@ -430,20 +429,20 @@ fn a_mounts_counters_are_readable_through_its_root_and_count_the_bytes() {
     require_fuse!();
     let fx = Fixture::with(|_| {}, "direct_io");
     fs::write(fx.e("f"), vec![3u8; 300_000]).unwrap();
-    let before = hipfs::cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
+    let before = hipfs_cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
     assert!(
         before.contains("read through the mount: 0 bytes"),
         "{before}"
     );
     assert_eq!(fs::read(fx.m("f")).unwrap().len(), 300_000);
-    let after = hipfs::cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
+    let after = hipfs_cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap();
     assert!(
         after.contains("read through the mount: 300000 bytes"),
         "{after}"
     );
     assert!(after.contains("0 failed"), "{after}");
     let not_hipfs = tempfile::tempdir().unwrap();
-    assert!(hipfs::cli::remote_cmds::mount_stats(not_hipfs.path()).is_err());
+    assert!(hipfs_cli::remote_cmds::mount_stats(not_hipfs.path()).is_err());
 }
 
 /// Descriptors of this process (which hosts the server) open on `target`.

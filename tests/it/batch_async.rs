@@ -3,9 +3,9 @@
 //! operation that stays in flight, a userspace filesystem whose reads wait
 //! at a gate the test opens.
 
-mod common;
 
-use common::pattern;
+use crate::common;
+use crate::common::pattern;
 use hipfs::batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
 use hipfs::handle::{handle_deregister, handle_register};
 use hipfs::stream::{read_async, stream_deregister, stream_register, write_async, AsyncArgs};
@@ -247,7 +247,7 @@ fn cookies(events: &[IoEvent]) -> HashSet<usize> {
 #[test]
 fn batch_reads_land_at_their_offsets_and_return_their_cookies() {
     let _serial = setup();
-    let data = pattern(1 << 20, 1);
+    let data = pattern(1, 1 << 20);
     let (_d, path) = file_with("batch-read", &data);
     let fh = open(&path, libc::O_RDONLY);
     let mut mem = vec![0xEEu8; 1 << 20];
@@ -301,7 +301,7 @@ fn batch_writes_reach_the_file_and_a_read_past_the_end_is_short() {
     let _serial = setup();
     let (_d, path) = file_with("batch-write", &vec![0u8; 256 * 1024]);
     let fh = open(&path, libc::O_RDWR);
-    let mut src = pattern(256 * 1024, 2);
+    let mut src = pattern(2, 256 * 1024);
     let batch = BatchIo::setup(8).unwrap();
     let ops: Vec<IoParams> = (0..8)
         .map(|i| {
@@ -420,7 +420,7 @@ fn batch_sizes_outside_1_to_128_are_invalid() {
 #[test]
 fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
     let _serial = setup();
-    let data = pattern(64 * 1024, 3);
+    let data = pattern(3, 64 * 1024);
     let (_d, path) = file_with("batch-all-or-nothing", &data);
     let fh = open(&path, libc::O_RDONLY);
     let mut mem = vec![0xEEu8; 64 * 1024];
@@ -474,7 +474,7 @@ fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
 #[test]
 fn a_failing_operation_is_reported_in_its_own_event_as_minus_errno() {
     let _serial = setup();
-    let data = pattern(16 * 1024, 4);
+    let data = pattern(4, 16 * 1024);
     let (_d, path) = file_with("batch-fail", &data);
     let wo = open(&path, libc::O_WRONLY);
     let ro = open(&path, libc::O_RDONLY);
@@ -624,7 +624,7 @@ fn cancel_stops_queued_operations_and_waits_for_running_ones() {
 fn the_c_style_id_functions_drive_the_same_batches() {
     let _serial = setup();
     use hipfs::batch::{batch_cancel, batch_destroy, batch_get_status, batch_setup, batch_submit};
-    let data = pattern(8192, 6);
+    let data = pattern(6, 8192);
     let (_d, path) = file_with("batch-ids", &data);
     let fh = open(&path, libc::O_RDONLY);
     let mut mem = vec![0u8; 8192];
@@ -674,7 +674,7 @@ fn a_write_then_a_read_on_one_stream_sees_the_write() {
     let (_d, path) = file_with("async-order", &vec![0u8; 64 * 1024]);
     let fh = open(&path, libc::O_RDWR);
     let h = fh.handle().unwrap();
-    let src = pattern(64 * 1024, 7);
+    let src = pattern(7, 64 * 1024);
     let mut dst = vec![0u8; 64 * 1024];
     let gate = block_stream(stream);
     let (size, foff, boff) = (40_000usize, 5_000i64, 1_000i64);
@@ -728,7 +728,7 @@ fn size_and_offsets_are_read_when_the_stream_reaches_the_operation() {
     let stream_s = TestStream::new(0xA5_0002);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
-    let data = pattern(64 * 1024, 8);
+    let data = pattern(8, 64 * 1024);
     let (_d, path) = file_with("async-late", &data);
     let fh = open(&path, libc::O_RDONLY);
     let mut dst = vec![0xEEu8; 16 * 1024];
@@ -773,7 +773,7 @@ fn size_and_offsets_are_read_when_the_stream_reaches_the_operation() {
 #[test]
 fn fixed_flags_capture_their_values_at_enqueue_time() {
     let _serial = setup();
-    let data = pattern(64 * 1024, 9);
+    let data = pattern(9, 64 * 1024);
     let (_d, path) = file_with("async-fixed", &data);
     let fh = open(&path, libc::O_RDONLY);
     let mut buf_mem = vec![0u8; 16 * 1024];
@@ -829,7 +829,7 @@ fn fixed_flags_capture_their_values_at_enqueue_time() {
 #[test]
 fn async_io_needs_a_registered_stream_and_valid_flags() {
     let _serial = setup();
-    let (_d, path) = file_with("async-reg", &pattern(4096, 10));
+    let (_d, path) = file_with("async-reg", &pattern(10, 4096));
     let fh = open(&path, libc::O_RDONLY);
     let mut mem = vec![0u8; 4096];
     let buf = Buffer::from_slice(&mut mem, 0);
@@ -905,7 +905,7 @@ fn async_failures_land_in_the_result_as_negative_errors() {
     let stream_s = TestStream::new(0xA5_0006);
     let stream = stream_s.0;
     stream_register(stream, 0).unwrap();
-    let (_d, path) = file_with("async-fail", &pattern(8192, 11));
+    let (_d, path) = file_with("async-fail", &pattern(11, 8192));
     let wo = open(&path, libc::O_WRONLY);
     let ro = open(&path, libc::O_RDONLY);
     let mut mem = vec![0u8; 4096];
@@ -1018,7 +1018,7 @@ fn batch_reads_into_and_writes_from_registered_device_memory() {
     // SAFETY: dev outlives buf (declared before it, dropped after).
     let buf = unsafe { Buffer::new(dev.ptr as *mut u8, dev.len, 0) };
     buf.register().unwrap();
-    let data = pattern(4 << 20, 21);
+    let data = pattern(21, 4 << 20);
     let (_d, path) = file_with("dev-batch", &data);
     let (_d2, out_path) = file_with("dev-batch-out", &vec![0u8; 4 << 20]);
     let fh = open(&path, libc::O_RDONLY);
@@ -1096,7 +1096,7 @@ fn async_reads_and_writes_move_unregistered_device_memory_in_stream_order() {
     };
     let s = TestStream::new(0xA5_0008);
     stream_register(s.0, 0).unwrap();
-    let data = pattern(8 << 20, 22);
+    let data = pattern(22, 8 << 20);
     let (_d, path) = file_with("dev-async", &data);
     let (_d2, out_path) = file_with("dev-async-out", &vec![0u8; 8 << 20]);
     let fh = open(&path, libc::O_RDONLY);
@@ -1164,7 +1164,7 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
         return;
     };
     let rt = hipfs::gpu::runtime();
-    let data = pattern(32 << 20, 23);
+    let data = pattern(23, 32 << 20);
     let (_d, path) = file_with("dev-async-free", &data);
     let fh = open(&path, libc::O_RDONLY);
     let s = TestStream::new(0xA5_0009);

@@ -2,7 +2,6 @@
 //! library to the server directly (no FUSE on the data path), checked
 //! against the exported file.
 
-mod remote_common;
 
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -11,7 +10,8 @@ use std::time::Duration;
 
 use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
-use remote_common::{free_port, lcg, open_us, pattern, spawn_server, Fixture};
+use crate::remote_common::{lcg, open_us, pattern, Fixture};
+use crate::serve::spawn_server;
 
 #[test]
 fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {
@@ -149,8 +149,8 @@ fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
     let mnt = tempfile::tempdir().unwrap();
     let data = pattern(77, 4 << 20);
     fs::write(export.path().join("f"), &data).unwrap();
-    let port = free_port();
-    let mut server = spawn_server(export.path(), port, &[]);
+    let mut server = spawn_server(export.path(), 0, &[]);
+    let port = server.port;
     let mut o = MountOptions::parse("timeout=2").unwrap();
     o.transport = hipfs_rdma::TransportKind::Tcp;
     let addr = format!("127.0.0.1:{port}");
