@@ -2,14 +2,14 @@
 //! unchanged, over-long replies are refused. Root only; skipped with a printed reason
 //! otherwise.
 
-mod common;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
-use common::{errno, skip_reason};
+use crate::common;
+use crate::common::{errno, skip_reason};
 use hipfs_fusefs::{
     mount, Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, Ino, MemFs, MountConfig, Result,
     SetAttr, StatFs,

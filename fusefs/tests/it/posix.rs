@@ -1,13 +1,12 @@
 //! POSIX operations through a real FUSE mount of MemFs (root only; skipped otherwise).
 
-mod common;
 
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use common::{cpath, errno, last_errno, mount_memfs};
+use crate::common::{cpath, errno, last_errno, mount_memfs};
 use hipfs_fusefs::MemFs;
 
 #[test]

@@ -2,13 +2,12 @@
 //! Changes are made behind the kernel's back through the Backend API, as another client of
 //! the same server would. Root only; skipped with a printed reason otherwise.
 
-mod common;
 
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::{errno, mount_memfs};
+use crate::common::{errno, mount_memfs};
 use hipfs_fusefs::{is_hipfs_fd, Backend, Credentials, MemFs, SetAttr, HIPFS_FS_TYPE, ROOT_INO};
 
 /// Resizes root-level file `name` without going through the mount.

@@ -2,7 +2,6 @@
 //! mounts, unmounting, multi-threaded serving, request sizes, callers' credentials.
 //! Root only; skipped with a printed reason otherwise.
 
-mod common;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -12,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{errno, mount_memfs, skip_reason};
+use crate::common::{errno, mount_memfs, skip_reason};
 use hipfs_fusefs::{
     identify_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs, MountConfig, ROOT_INO,
 };
