@@ -95,20 +95,23 @@ fn check_direct_io(dir: &Path) -> Finding {
             ),
         ),
         Ok(file) => {
-        let f = hipfs::io::posix::PosixFile::open(file.as_raw_fd(), &hipfs::config::Config::default());
-        let detail = match f {
-            Ok(pf) if pf.direct.is_some() => format!(
-                "{} ({}): O_DIRECT works, offset alignment {} B, memory alignment {} B",
-                dir.display(),
-                pf.fs_name,
-                pf.offset_align,
-                pf.mem_align
-            ),
-            Ok(pf) => format!("{} ({}): buffered only", dir.display(), pf.fs_name),
-            Err(e) => format!("{}: {e}", dir.display()),
-        };
-        // `file` closes the descriptor when it goes out of scope, after `f`.
-        finding("o_direct", true, detail)
+            let f = hipfs::io::posix::PosixFile::open(
+                file.as_raw_fd(),
+                &hipfs::config::Config::default(),
+            );
+            let detail = match f {
+                Ok(pf) if pf.direct.is_some() => format!(
+                    "{} ({}): O_DIRECT works, offset alignment {} B, memory alignment {} B",
+                    dir.display(),
+                    pf.fs_name,
+                    pf.offset_align,
+                    pf.mem_align
+                ),
+                Ok(pf) => format!("{} ({}): buffered only", dir.display(), pf.fs_name),
+                Err(e) => format!("{}: {e}", dir.display()),
+            };
+            // `file` closes the descriptor when it goes out of scope, after `f`.
+            finding("o_direct", true, detail)
         }
     };
     let _ = std::fs::remove_file(&probe);

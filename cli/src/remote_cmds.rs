@@ -333,19 +333,16 @@ fn spawn_background_mount() -> CmdResult {
 }
 
 /// Runs `hipfs umount`: only hipfs mounts (type `fuse.hipfs` in the mount
-/// table, or a plain `fuse` mount whose root answers hipfs' identify
-/// request), never another filesystem.
+/// table, or a plain `fuse` mount, as root makes without fusermount3, whose
+/// root answers hipfs' statistics attribute), never another filesystem.
 pub fn run_umount(args: &UmountArgs) -> CmdResult {
     let mp = &args.mountpoint;
     let entry = hipfs_fusefs::mount_at(mp).map_err(RemoteError::Io)?;
     let Some((fs_type, source)) = entry else {
         return Err(RemoteError::Config(format!("{} is not mounted", mp.display())).into());
     };
-    let hipfs_mount = fs_type == hipfs_fusefs::HIPFS_FS_TYPE
-        || (fs_type == "fuse"
-            && std::fs::File::open(mp).is_ok_and(|f| {
-                hipfs_fusefs::is_hipfs_fd(std::os::fd::AsRawFd::as_raw_fd(&f)).unwrap_or(false)
-            }));
+    let hipfs_mount =
+        fs_type == hipfs_fusefs::HIPFS_FS_TYPE || (fs_type == "fuse" && mount_stats(mp).is_ok());
     if !hipfs_mount {
         return Err(RemoteError::Config(format!(
             "{} is not a hipfs mount (type {fs_type}, source {source}); use umount(8) for it",

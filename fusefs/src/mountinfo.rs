@@ -108,8 +108,7 @@ pub fn mount_at(path: &Path) -> io::Result<Option<(String, String)>> {
     let target = absolute_mount_path(path)?;
     Ok(read_mountinfo()?
         .into_iter()
-        .filter(|m| m.mount_point == target)
-        .next_back()
+        .rfind(|m| m.mount_point == target)
         .map(|m| (m.fs_type, m.source)))
 }
 

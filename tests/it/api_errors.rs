@@ -1,6 +1,5 @@
 //! Every error the API returns for bad input, reached from bad input.
 
-
 use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use std::os::fd::AsRawFd;

@@ -3,7 +3,6 @@
 //! operation that stays in flight, a userspace filesystem whose reads wait
 //! at a gate the test opens.
 
-
 use crate::common;
 use crate::common::pattern;
 use hipfs::batch::{BatchIo, IoEvent, IoParams, Opcode, Status};

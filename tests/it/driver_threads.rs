@@ -1,7 +1,6 @@
 //! Reference counting and thread safety: many threads opening and closing
 //! the driver, registering handles and buffers, and reading concurrently.
 
-
 use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 use std::sync::{Arc, Mutex};

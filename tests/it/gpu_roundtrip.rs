@@ -3,7 +3,6 @@
 //! scripts/gpu/on-device.sh) and says why it skips elsewhere. The one test
 //! that needs no GPU checks that the runtime selection explains itself.
 
-
 use crate::common::{pattern, scratch_dir, write_file};
 use crate::gpu_common::{gpu, Dev};
 use hipfs::gpu::{self, GpuRuntime, MemoryKind};

@@ -5,11 +5,10 @@
 //! file. Runs where a GPU runtime finds a device (the device machine,
 //! through scripts/gpu/on-device.sh) and says why it skips elsewhere.
 
-
 use crate::gpu_common::{gpu, Dev};
 use crate::remote_common;
-use hipfs::Driver;
 use crate::remote_common::{lcg, open_us, pattern, Fixture};
+use hipfs::Driver;
 use std::fs;
 
 /// The GPU runtime when there is a device and FUSE mounts work here;

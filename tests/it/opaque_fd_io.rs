@@ -1,7 +1,6 @@
 //! OpaqueFd reads and writes into host memory, checked against `std::fs`
 //! as the oracle, through the O_DIRECT path and the buffered fallback.
 
-
 use crate::common::{pattern, scratch_dir, write_file, TestMem};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 use proptest::prelude::*;

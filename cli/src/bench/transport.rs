@@ -201,7 +201,12 @@ pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
 
 /// `hipfs bench transport`: the transport's one-sided writes on loopback
 /// beside a plain socket copy of the same bytes, both measured now.
-pub fn run_transport_bench(kind: &str, size: u64, lanes: usize, repeats: usize) -> hipfs::Result<()> {
+pub fn run_transport_bench(
+    kind: &str,
+    size: u64,
+    lanes: usize,
+    repeats: usize,
+) -> hipfs::Result<()> {
     let kind: TransportKind = kind
         .parse()
         .map_err(|e| hipfs::Error::new(hipfs::OpError::InvalidValue, format!("{e}")))?;

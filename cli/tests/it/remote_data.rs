@@ -2,7 +2,6 @@
 //! 4 GiB, many small files, cp -a / tar / fio round trips, every byte
 //! compared.
 
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};

@@ -2,7 +2,6 @@
 //! tokens, read-only exports, path escapes and crafted messages, users
 //! denied by mode bits, root squashing, SIGTERM draining.
 
-
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
@@ -11,14 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::remote_common::{pattern, raw_call, raw_connection, Fixture};
+use crate::serve::spawn_server;
 use hipfs::remote::auth::Token;
 use hipfs::remote::client::{ClientConfig, RemoteClient};
 use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::remote::proto::{Op, Payload, Request, WireCred};
 use hipfs::remote::server::{ServeConfig, Server};
 use hipfs::remote::RemoteError;
-use crate::remote_common::{pattern, raw_call, raw_connection, Fixture};
-use crate::serve::spawn_server;
 
 fn kill9(child: &mut std::process::Child) {
     // SAFETY: signalling our own child process by its pid.

@@ -3,7 +3,6 @@
 //! what it observes (results, errnos, modes, sizes, link counts) and the two
 //! records must be equal.
 
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};

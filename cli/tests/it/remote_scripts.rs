@@ -2,17 +2,17 @@
 //! `--local`), `hipfs umount`, `mount -t fuse.hipfs` through the helper, an
 //! fstab line, and the systemd units.
 
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hipfs::remote::server::{ServeConfig, Server};
 use crate::serve::hipfs_bin;
+use hipfs::remote::server::{ServeConfig, Server};
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // This package is cli/ of the repository.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn mounted(p: &Path) -> bool {
@@ -261,4 +261,38 @@ fn the_systemd_units_pass_systemd_analyze_verify() {
         let ours: Vec<&str> = err.lines().filter(|l| l.contains(unit)).collect();
         assert!(out.status.success() && ours.is_empty(), "{unit}: {err}");
     }
+}
+
+#[test]
+fn hipfs_umount_refuses_a_tmpfs_and_leaves_it_mounted() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    ok(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "hipfs-test-tmpfs"])
+        .arg(dir.path()));
+    fs::write(dir.path().join("keep"), b"still here").unwrap();
+    let out = Command::new(hipfs_bin())
+        .arg("umount")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let still_mounted = mounted(dir.path());
+    // Clean up before asserting, so a failure leaves no mount behind.
+    if still_mounted {
+        ok(Command::new("umount").arg(dir.path()));
+    }
+    assert!(!out.status.success(), "hipfs umount of a tmpfs succeeded");
+    assert!(stderr.contains("not a hipfs mount"), "{stderr}");
+    assert!(still_mounted, "the tmpfs was unmounted");
+}
+
+#[test]
+fn hipfs_serve_on_port_zero_prints_the_bound_address_and_accepts_connections() {
+    let export = tempfile::tempdir().unwrap();
+    let mut server = crate::serve::spawn_server(export.path(), 0, &[]);
+    assert_ne!(server.port, 0);
+    std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    server.kill().unwrap();
+    let _ = server.wait();
 }

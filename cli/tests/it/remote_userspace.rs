@@ -2,16 +2,15 @@
 //! library to the server directly (no FUSE on the data path), checked
 //! against the exported file.
 
-
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hipfs::remote::mount::{mount_remote, MountOptions};
-use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use crate::remote_common::{lcg, open_us, pattern, Fixture};
 use crate::serve::spawn_server;
+use hipfs::remote::mount::{mount_remote, MountOptions};
+use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 
 #[test]
 fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {

@@ -2,7 +2,6 @@
 //! Changes are made behind the kernel's back through the Backend API, as another client of
 //! the same server would. Root only; skipped with a printed reason otherwise.
 
-
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! POSIX operations through a real FUSE mount of MemFs (root only; skipped otherwise).
 
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};

@@ -2,7 +2,6 @@
 //! unchanged, over-long replies are refused. Root only; skipped with a printed reason
 //! otherwise.
 
-
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::path::Path;

@@ -2,7 +2,6 @@
 //! mounts, unmounting, multi-threaded serving, request sizes, callers' credentials.
 //! Root only; skipped with a printed reason otherwise.
 
-
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
