@@ -113,7 +113,7 @@ fn a_mount_whose_process_dies_is_removed_by_auto_unmount() {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "mount_helper_process",
+            "session::mount_helper_process",
             "--ignored",
             "--nocapture",
         ])
