@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo
 [ -e /dev/fuse ] || { echo "demo: /dev/fuse is missing (modprobe fuse)" >&2; exit 1; }
-cargo build --release -q -p hipfs
+cargo build --release -q -p hipfs-cli
 BIN=$PWD/target/release/hipfs
 WORK=${HIPFS_DEMO_DIR:-/tmp/hipfs-demo}
 SIZE=${HIPFS_DEMO_SIZE:-1G}

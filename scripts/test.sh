@@ -25,8 +25,8 @@ cargo test --no-fail-fast
 
 stage "hip feature build (Debian libamdhip64-dev, no AMD device)"
 if [ -e /usr/include/hip/hip_runtime_api.h ]; then
-    HIP_PATH=/usr cargo build -p hipfs --features hip
-    HIP_PATH=/usr cargo run -q -p hipfs --features hip -- check . | tee /tmp/hipfs-hip-check.txt
+    HIP_PATH=/usr cargo build -p hipfs-cli --features hip
+    HIP_PATH=/usr cargo run -q -p hipfs-cli --features hip -- check . | tee /tmp/hipfs-hip-check.txt
     grep -q "runtime in use   ok   host" /tmp/hipfs-hip-check.txt
 else
     echo "skipped: /usr/include/hip missing (install libamdhip64-dev)"

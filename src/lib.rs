@@ -17,17 +17,18 @@
 pub mod batch;
 pub mod buffer;
 pub mod capi;
-pub mod cli;
 pub mod config;
 pub mod driver;
 pub mod error;
 pub mod gpu;
+mod gpu_buffer;
 pub mod handle;
 pub mod io;
 pub mod rdma_hooks;
 pub mod remote;
 pub mod stats;
 pub mod stream;
+pub mod units;
 pub mod userspace;
 
 pub use batch::{BatchIo, IoEvent, IoParams, Opcode, Status};

@@ -25,4 +25,4 @@ pub use mount::{
     mount, mount_foreground, unmount_path, MountConfig, MountHandle, DEFAULT_MAX_IO,
     DEFAULT_MAX_READAHEAD, FS_SUBTYPE,
 };
-pub use mountinfo::{is_hipfs_fd, is_mounted, HIPFS_FS_TYPE};
+pub use mountinfo::{is_hipfs_fd, is_mounted, mount_at, HIPFS_FS_TYPE};

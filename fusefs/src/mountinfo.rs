@@ -101,6 +101,17 @@ pub fn is_mounted(path: &Path) -> io::Result<bool> {
     Ok(read_mountinfo()?.iter().any(|m| m.mount_point == target))
 }
 
+/// The filesystem type and source of the mount exactly at `path` (the last
+/// one listed there, which is the one on top), or `None` when nothing is
+/// mounted there.
+pub fn mount_at(path: &Path) -> io::Result<Option<(String, String)>> {
+    let target = absolute_mount_path(path)?;
+    Ok(read_mountinfo()?
+        .into_iter()
+        .rfind(|m| m.mount_point == target)
+        .map(|m| (m.fs_type, m.source)))
+}
+
 /// Whether `fd` is a file on a hipfs mount.
 ///
 /// Decided in two steps: `fstatfs` must report FUSE (`FUSE_SUPER_MAGIC`); then the mount

@@ -4,7 +4,7 @@
 # RDMA WRITE / READ with the same message size on the same rxe0, and the
 # ratio of ours to perftest's. Under TCG absolute numbers are tiny; the
 # ratio is what is meaningful.
-# Usage: bench-verbs.sh TRANSPORT_BENCH_BINARY [MSG_KiB] [ITERS]
+# Usage: bench-verbs.sh HIPFS_BINARY [MSG_KiB] [ITERS]   (runs `hipfs bench transport-ops`)
 set -u
 BIN=$1; KIB=${2:-1024}; ITERS=${3:-64}
 IP=${HIPFS_VM_IP:?run inside run-in-vm.sh}
@@ -18,7 +18,7 @@ perf() {  # tool -> average GB/s
   awk -v g="${out:-0}" 'BEGIN { printf "%.4f", g / 8 }'
 }
 ours() {  # WRITE|READ lanes depth -> GB/s
-  "$BIN" verbs $((KIB * ITERS / 1024)) "$2" "$IP" "$KIB" "$3" | awk -v op="$(echo "$1" | tr A-Z a-z)" '$2 == op { print $(NF-1) }'
+  "$BIN" bench transport-ops verbs $((KIB * ITERS / 1024)) "$2" "$IP" "$KIB" "$3" | awk -v op="$(echo "$1" | tr A-Z a-z)" '$2 == op { print $(NF-1) }'
 }
 w=$(perf ib_write_bw); r=$(perf ib_read_bw)
 printf '%-40s %10s %8s\n' "what ($KIB KiB messages, $ITERS of them)" "GB/s" "ratio"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ci-remote-verbs.sh - hipfs remote over the verbs transport, end to end, on
 # real (soft-RoCE) ibverbs inside a QEMU VM:
-#   1. tests/remote_verbs_vm.rs: a verbs-only server on rxe0, a FUSE mount
+#   1. cli/tests/it/remote_verbs_vm.rs: a verbs-only server on rxe0, a FUSE mount
 #      with transport=verbs, UserspaceFs reads/writes into host memory at
 #      random offsets checked against the exported file, rxe0 packet counters;
 #   2. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
@@ -40,24 +40,24 @@ if [ "${1:-}" = "--guest-cli" ]; then
 fi
 
 cd "$REPO"
-echo "== building (cargo test -p hipfs --test remote_verbs_vm --no-run)"
-mapfile -t BINS < <(cargo test -p hipfs --test remote_verbs_vm --no-run --message-format=json 2>/dev/null |
+echo "== building (cargo test -p hipfs-cli --test it --no-run)"
+mapfile -t BINS < <(cargo test -p hipfs-cli --test it --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     try: m = json.loads(l)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and (m["target"]["name"], m["target"]["kind"][0]) in (("remote_verbs_vm", "test"), ("hipfs", "bin")):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and (m["target"]["name"], m["target"]["kind"][0]) in (("it", "test"), ("hipfs", "bin")):
         print(m["target"]["name"], m["executable"])')
 TEST=""; HIPFS=""
 for b in "${BINS[@]}"; do
-  case ${b%% *} in remote_verbs_vm) TEST=${b#* } ;; hipfs) HIPFS=${b#* } ;; esac
+  case ${b%% *} in it) TEST=${b#* } ;; hipfs) HIPFS=${b#* } ;; esac
 done
 [ -n "$TEST" ] && [ -n "$HIPFS" ] || { echo "could not find the test binary or hipfs (build failed?)" >&2; exit 1; }
 
 fail=0
-echo "== UserspaceFs over verbs (tests/remote_verbs_vm.rs) in the soft-RoCE VM"
+echo "== UserspaceFs over verbs (cli/tests/it/remote_verbs_vm.rs) in the soft-RoCE VM"
 # One thread: each test boots a server and a mount; two vCPUs under TCG.
-"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e RUST_BACKTRACE=1 -- "$TEST" --test-threads=1 --nocapture || fail=1
+"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_vm:: --test-threads=1 --nocapture || fail=1
 
 echo "== hipfs serve/mount --transport verbs (CLI) in the soft-RoCE VM"
 "$HERE/run-in-vm.sh" -t 300 -- "$HERE/ci-remote-verbs.sh" --guest-cli "$HIPFS" || fail=1

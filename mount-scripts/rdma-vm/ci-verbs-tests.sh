@@ -40,8 +40,8 @@ echo "== cross-host: two VMs"
 
 if [ $BENCH = 1 ]; then
   echo "== benchmarks in the VM (perftest beside hipfs-rdma)"
-  cargo build --release -p hipfs-rdma --example transport_bench
-  "$VM" -t 600 -- "$HERE/bench-verbs.sh" "$REPO/target/release/examples/transport_bench" 1024 64 || fail=1
+  cargo build --release -p hipfs-cli --bin hipfs
+  "$VM" -t 600 -- "$HERE/bench-verbs.sh" "$REPO/target/release/hipfs" 1024 64 || fail=1
 fi
 
 [ $fail = 0 ] && echo "== all verbs steps passed" || echo "== verbs steps FAILED" >&2

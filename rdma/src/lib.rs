@@ -34,10 +34,10 @@
 //! # Ok::<(), hipfs_rdma::Error>(())
 //! ```
 
-pub mod bench;
 mod descriptor;
 mod error;
 mod mem;
+mod owned;
 mod region;
 pub mod tcp;
 #[cfg(feature = "verbs")]
@@ -51,6 +51,7 @@ use std::time::Duration;
 
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
+pub use owned::OwnedRegion;
 pub use region::LocalRegion;
 
 /// Which transport to use.

@@ -17,9 +17,10 @@ baseline=${GPU_BASELINE_DIR:-$root/../shared/tools/gpu-baseline}
 mkdir -p "$G/bin" "$G/tests"
 
 echo "== building (release)"
-cargo build --release -p hipfs --bin hipfs --example gpu_bench
+cargo build --release -p hipfs-cli --bin hipfs
 tests=()
-for t in tests/gpu_*.rs tests/batch_async.rs; do tests+=(--test "$(basename "$t" .rs)"); done
+# The core's one test binary; on-device.sh runs its GPU modules (gpu_*, batch_async).
+tests+=(--test it)
 # The test executables' paths come from cargo's JSON messages.
 cargo test --release -p hipfs --no-run "${tests[@]}" --message-format=json 2>/dev/null |
     python3 -c '
@@ -37,7 +38,6 @@ for line in sys.stdin:
 # Debug info is dropped: the carried folder must stay small.
 rm -f "$G"/tests/*
 strip -o "$G/bin/hipfs" "$T/release/hipfs"
-strip -o "$G/bin/gpu_bench" "$T/release/examples/gpu_bench"
 while read -r name exe; do strip -o "$G/tests/$name" "$exe"; done < "$G/tests.txt"
 
 if [ -d "$baseline" ]; then

@@ -15,10 +15,10 @@
 //! ```
 
 pub mod auth;
-pub mod bench;
 pub mod client;
 mod error;
 pub mod mount;
+mod placed_read;
 pub mod proto;
 pub mod server;
 

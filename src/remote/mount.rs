@@ -125,7 +125,7 @@ impl MountOptions {
                     o.threads = Some(n);
                 }
                 "max_readahead" => {
-                    let n = crate::cli::parse_size(&need(v)?)
+                    let n = crate::units::parse_size(&need(v)?)
                         .ok()
                         .and_then(|n| u32::try_from(n).ok())
                         .filter(|n| (4096..=16 << 20).contains(n))

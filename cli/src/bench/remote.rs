@@ -1,0 +1,482 @@
+//! `hipfs bench mount`: sequential 1 MiB reads of one file through a FUSE
+//! mount beside the same reads through the remote client directly, in the
+//! same run, against the same in-process server.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hipfs::remote::client::{ClientConfig, RemoteClient};
+use hipfs::remote::mount::{mount_remote, MountOptions};
+use hipfs::remote::proto::{Op, Payload, WireCred, MAX_IO};
+use hipfs::remote::server::{ServeConfig, Server};
+use hipfs::remote::RemoteError;
+
+use super::median;
+
+/// One row of the result table.
+#[derive(Clone, Debug)]
+pub struct MountBenchRow {
+    pub path: String,
+    pub gib_per_s: f64,
+    pub ratio: f64,
+}
+
+/// Options of [`bench_mount`].
+#[derive(Clone, Debug)]
+pub struct MountBenchOptions {
+    /// The file to read; it is served from its own directory.
+    pub file: PathBuf,
+    /// Creates the file with this many bytes of pseudo-random data first when it is missing.
+    pub create_size: Option<u64>,
+    pub repeats: usize,
+    /// How the FUSE mount is set up (`-o` of the bench).
+    pub mount: MountOptions,
+    /// The server sends placed reads from the file (`ServeConfig::send_from_file`).
+    pub server_sendfile: bool,
+}
+
+/// A quick checksum of every byte: four independent lanes of 8 bytes so
+/// the multiplications overlap (several GB/s), so checking the data costs
+/// little beside the transfer being measured.
+fn fnv(h: u64, b: &[u8]) -> u64 {
+    const P: u64 = 0x100000001b3;
+    let mut lanes = [h, h ^ 1, h ^ 2, h ^ 3];
+    let mut chunks = b.chunks_exact(32);
+    for c in &mut chunks {
+        for (k, lane) in lanes.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&c[k * 8..k * 8 + 8]);
+            *lane = (*lane ^ u64::from_le_bytes(w))
+                .wrapping_mul(P)
+                .rotate_left(29);
+        }
+    }
+    let mut h = lanes.iter().fold(0u64, |acc, l| (acc ^ l).wrapping_mul(P));
+    for &x in chunks.remainder() {
+        h = (h ^ u64::from(x)).wrapping_mul(P);
+    }
+    h
+}
+
+/// Reads the whole file through the mount, 1 MiB per read(2), after
+/// dropping the mount's cached pages; returns (bytes, checksum, seconds).
+fn read_via_mount(path: &Path) -> Result<(u64, u64, f64), RemoteError> {
+    let mut f = std::fs::File::open(path)?;
+    // Drops cached pages of the FUSE file (advice: a failure only warms the run).
+    let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+    let mut buf = vec![0u8; MAX_IO];
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let t = Instant::now();
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        sum = fnv(sum, &buf[..n]);
+        total += n as u64;
+    }
+    Ok((total, sum, t.elapsed().as_secs_f64()))
+}
+
+/// The same reads through the client: one request in flight, as FUSE does
+/// for a single sequential reader without readahead.
+fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64), RemoteError> {
+    let cred = WireCred::default();
+    let proto = |e: i32| RemoteError::Io(std::io::Error::from_raw_os_error(e));
+    let fh = match client
+        .call(
+            &cred,
+            Op::Open {
+                path: name.to_vec(),
+                flags: libc::O_RDONLY,
+            },
+        )
+        .map_err(proto)?
+    {
+        Payload::Opened { fh } => fh,
+        _ => return Err(RemoteError::Config("unexpected reply to open".into())),
+    };
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let t = Instant::now();
+    loop {
+        // The checksum of an empty read would still change `sum`: only
+        // bytes that arrived count, as in the mount's loop.
+        let n = client.read_placed(&cred, fh, total, MAX_IO as u32, |bytes| {
+            if !bytes.is_empty() {
+                sum = fnv(sum, bytes);
+            }
+            bytes.len()
+        })?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = client.call(&cred, Op::Release { fh });
+    Ok((total, sum, secs))
+}
+
+/// The first `n` bytes of a host buffer made with `Buffer::from_slice`,
+/// read while the buffer stays registered. The core has no safe view of a
+/// registered buffer's bytes yet (its buffer API is being reworked so that
+/// reads take the buffer exclusively); until then this one marked site
+/// needs unsafe.
+#[allow(unsafe_code)]
+fn read_back<'b>(buf: &'b hipfs::Buffer<'_>, n: usize) -> &'b [u8] {
+    assert!(n <= buf.len(), "read past the buffer");
+    // SAFETY: `buf` covers `n` initialised host bytes (a Vec's), no read is
+    // in flight into it (the caller's read returned and nothing else uses
+    // the buffer), and the slice lives no longer than the borrow of `buf`.
+    unsafe { std::slice::from_raw_parts(buf.ptr(), n) }
+}
+
+/// Runs the benchmark; rows: direct client (the reference), mount.
+pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, RemoteError> {
+    if !opts.file.exists() {
+        match opts.create_size {
+            Some(n) => super::generate_file(&opts.file, n, false)
+                .map_err(|e| RemoteError::Config(e.to_string()))?,
+            None => {
+                return Err(RemoteError::Config(format!(
+                    "{} does not exist (pass --create SIZE to generate it)",
+                    opts.file.display()
+                )))
+            }
+        }
+    }
+    let file = opts.file.canonicalize()?;
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let name = file
+        .file_name()
+        .ok_or_else(|| RemoteError::Config("the file needs a name".into()))?
+        .as_encoded_bytes()
+        .to_vec();
+    let size = std::fs::metadata(&file)?.len();
+    let server = Server::start(ServeConfig {
+        send_from_file: opts.server_sendfile,
+        ..ServeConfig::new(&dir, "127.0.0.1:0")
+    })?;
+    let mnt = tempfile_dir()?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
+    let client = RemoteClient::connect(ClientConfig::new(server.local_addr()))?;
+    let via_mount = mnt.join(std::ffi::OsStr::from_bytes_compat(&name));
+    let mut direct = Vec::new();
+    let mut fuse = Vec::new();
+    let mut expect = None;
+    for i in 0..=opts.repeats.max(1) {
+        let (n1, s1, t1) = read_via_client(&client, &name)?;
+        let (n2, s2, t2) = read_via_mount(&via_mount)?;
+        if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+            return Err(RemoteError::Config(format!(
+                "data mismatch: client read {n1} bytes (sum {s1:x}), mount {n2} (sum {s2:x}), file has {size}"
+            )));
+        }
+        expect = Some(s1);
+        if i > 0 {
+            // The first round warms the server's page cache.
+            direct.push(size as f64 / t1 / (1u64 << 30) as f64);
+            fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+        }
+    }
+    mounted.unmount()?;
+    server.shutdown(Duration::from_secs(2));
+    let _ = std::fs::remove_dir(&mnt);
+    let d = median(direct);
+    let f = median(fuse);
+    Ok(vec![
+        MountBenchRow {
+            path: "remote client directly, 1 MiB sequential".into(),
+            gib_per_s: d,
+            ratio: 1.0,
+        },
+        MountBenchRow {
+            path: "through the FUSE mount, 1 MiB read(2)".into(),
+            gib_per_s: f,
+            ratio: if d > 0.0 { f / d } else { 0.0 },
+        },
+    ])
+}
+
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &Self;
+}
+impl FromBytesCompat for std::ffi::OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &Self {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(b)
+    }
+}
+
+fn tempfile_dir() -> Result<PathBuf, RemoteError> {
+    let p = std::env::temp_dir().join(format!("hipfs-bench-mnt-{}", std::process::id()));
+    std::fs::create_dir_all(&p)?;
+    Ok(p)
+}
+
+/// The loopback ceiling: `size` bytes through `sockets` plain TCP sockets
+/// on 127.0.0.1 at once (each: write(2) on one thread, read(2) into a
+/// reused 4 MiB buffer on another), in GiB/s.
+pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteError> {
+    use std::io::Write;
+    let sockets = sockets.max(1);
+    let share = size.div_ceil(sockets as u64);
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let writers: Vec<_> = (0..sockets)
+        .map(|_| {
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut s = std::net::TcpStream::connect(addr)?;
+                let block = vec![0x5au8; 4 << 20];
+                let mut left = share;
+                while left > 0 {
+                    let n = left.min(block.len() as u64) as usize;
+                    s.write_all(&block[..n])?;
+                    left -= n as u64;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut streams = Vec::with_capacity(sockets);
+    for _ in 0..sockets {
+        streams.push(l.accept()?.0);
+    }
+    let t = Instant::now();
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|mut r| {
+            std::thread::spawn(move || -> std::io::Result<u64> {
+                let mut buf = vec![0u8; 4 << 20];
+                let mut got = 0u64;
+                while got < share {
+                    let n = r.read(&mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    got += n as u64;
+                }
+                Ok(got)
+            })
+        })
+        .collect();
+    let mut got = 0u64;
+    for r in readers {
+        got += r
+            .join()
+            .map_err(|_| RemoteError::Config("ceiling reader panicked".into()))??;
+    }
+    let secs = t.elapsed().as_secs_f64();
+    for w in writers {
+        w.join()
+            .map_err(|_| RemoteError::Config("ceiling writer panicked".into()))??;
+    }
+    Ok(got as f64 / secs / (1u64 << 30) as f64)
+}
+
+/// Where [`read_with_handle`] puts the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchMemory {
+    /// One `request`-byte host buffer, reused by every call.
+    Host,
+    /// Device memory of GPU `device` holding the whole file (each call at
+    /// its own buffer offset), checked after the timed read.
+    Gpu { device: i32 },
+}
+
+/// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls
+/// into `memory`; returns (bytes, checksum, seconds). The checksum covers
+/// every byte that arrived and is taken with the clock stopped (host: after
+/// each call; device: after the whole read, copied back in 64 MiB pieces),
+/// so the timed part is the transfer alone, as in the ceiling beside it.
+fn read_with_handle(
+    path: &Path,
+    kind: hipfs::FileHandleType,
+    request: usize,
+    memory: BenchMemory,
+) -> Result<(u64, u64, f64), RemoteError> {
+    let to_remote = |e: hipfs::Error| RemoteError::Config(e.to_string());
+    if let Ok(f) = std::fs::File::open(path) {
+        // Drop the mount's cached pages (advice: a failure only warms the run).
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+    }
+    let size = std::fs::metadata(path)?.len() as usize;
+    let mut fh = hipfs::FileHandle::new(path, libc::O_RDONLY, 0, kind);
+    fh.open().map_err(to_remote)?;
+    let (mut total, mut sum) = (0u64, 0xcbf29ce484222325u64);
+    let secs = match memory {
+        BenchMemory::Host => {
+            let mut mem = vec![0u8; request];
+            let buf = hipfs::Buffer::from_slice(&mut mem, 0);
+            buf.register().map_err(to_remote)?;
+            // Only the read calls are timed: the checksum of each request
+            // runs between them with the clock stopped. One registration
+            // for the whole loop: the client registers a buffer with each
+            // lane's connection on first use, which must not be timed again
+            // for every request.
+            let mut secs = 0.0;
+            loop {
+                let t = Instant::now();
+                let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
+                secs += t.elapsed().as_secs_f64();
+                if n == 0 {
+                    break;
+                }
+                sum = fnv(sum, read_back(&buf, n));
+                total += n as u64;
+            }
+            let _ = buf.deregister();
+            secs
+        }
+        BenchMemory::Gpu { device } => {
+            let rt = hipfs::gpu::runtime();
+            let len = size.max(1);
+            let dev = hipfs::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
+            // Poisoned, so bytes that never arrived cannot pass the check.
+            rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
+            let buf = hipfs::Buffer::from_device(&dev, 0);
+            buf.register().map_err(to_remote)?;
+            let t = Instant::now();
+            while (total as usize) < size {
+                let want = request.min(size - total as usize);
+                let n = fh
+                    .read(&buf, want, total as i64, total as i64)
+                    .map_err(to_remote)?;
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let _ = buf.deregister();
+            let mut host = vec![0u8; MAX_IO * 64];
+            let mut off = 0usize;
+            while off < total as usize {
+                let n = host.len().min(total as usize - off);
+                rt.copy_from_device(&mut host[..n], dev.ptr() + off)
+                    .map_err(to_remote)?;
+                sum = fnv(sum, &host[..n]);
+                off += n;
+            }
+            secs
+        }
+    };
+    fh.close();
+    Ok((total, sum, secs))
+}
+
+/// `hipfs bench userspace`: a large file read with UserspaceFs handles
+/// (server → caller's memory, no FUSE) beside the loopback TCP ceiling and
+/// the same read through the FUSE mount with an OpaqueFd handle.
+pub fn bench_userspace(
+    opts: &MountBenchOptions,
+    request: usize,
+    memory: BenchMemory,
+) -> Result<Vec<MountBenchRow>, RemoteError> {
+    if !opts.file.exists() {
+        match opts.create_size {
+            Some(n) => super::generate_file(&opts.file, n, false)
+                .map_err(|e| RemoteError::Config(e.to_string()))?,
+            None => {
+                return Err(RemoteError::Config(format!(
+                    "{} does not exist (pass --create SIZE to generate it)",
+                    opts.file.display()
+                )))
+            }
+        }
+    }
+    let _driver = hipfs::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
+    let file = opts.file.canonicalize()?;
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let size = std::fs::metadata(&file)?.len();
+    let server = Server::start(ServeConfig {
+        send_from_file: opts.server_sendfile,
+        ..ServeConfig::new(&dir, "127.0.0.1:0")
+    })?;
+    let mnt = tempfile_dir()?;
+    let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
+    let via_mount = mnt.join(file.file_name().unwrap_or_default());
+    let lanes = hipfs::remote::client::userspace_lanes();
+    let (mut us, mut fuse, mut ceil, mut multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut expect = None;
+    let result = (|| {
+        for i in 0..=opts.repeats.max(1) {
+            let (n1, s1, t1) = read_with_handle(
+                &via_mount,
+                hipfs::FileHandleType::UserspaceFs,
+                request,
+                memory,
+            )?;
+            let (n2, s2, t2) =
+                read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory)?;
+            let c = loopback_tcp_ceiling(size, 1)?;
+            let m = loopback_tcp_ceiling(size, lanes)?;
+            if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+                return Err(RemoteError::Config(format!(
+                    "data mismatch: UserspaceFs read {n1} bytes (sum {s1:x}), OpaqueFd {n2} (sum {s2:x}), file has {size}"
+                )));
+            }
+            expect = Some(s1);
+            if i > 0 {
+                us.push(size as f64 / t1 / (1u64 << 30) as f64);
+                fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+                ceil.push(c);
+                multi.push(m);
+            }
+        }
+        Ok(())
+    })();
+    mounted.unmount()?;
+    server.shutdown(Duration::from_secs(2));
+    let _ = std::fs::remove_dir(&mnt);
+    result?;
+    let c = median(ceil);
+    let (u, f, mc) = (median(us), median(fuse), median(multi));
+    let ratio = |x: f64| if c > 0.0 { x / c } else { 0.0 };
+    Ok(vec![
+        MountBenchRow {
+            path: "loopback TCP, one socket (ceiling)".into(),
+            gib_per_s: c,
+            ratio: 1.0,
+        },
+        MountBenchRow {
+            path: format!("loopback TCP, {lanes} sockets at once"),
+            gib_per_s: mc,
+            ratio: ratio(mc),
+        },
+        MountBenchRow {
+            path: format!(
+                "UserspaceFs handle, {} MiB requests, {lanes} lanes",
+                request >> 20
+            ),
+            gib_per_s: u,
+            ratio: ratio(u),
+        },
+        MountBenchRow {
+            path: format!("OpaqueFd on the FUSE mount, {} MiB requests", request >> 20),
+            gib_per_s: f,
+            ratio: ratio(f),
+        },
+    ])
+}
+
+/// Prints the rows as a table.
+pub fn print_mount_table(title: &str, rows: &[MountBenchRow]) {
+    println!("{title}");
+    println!("{:<44} {:>9} {:>8}", "path", "GiB/s", "ratio");
+    for r in rows {
+        println!(
+            "{:<44} {:>9.2} {:>7.0}%",
+            r.path,
+            r.gib_per_s,
+            r.ratio * 100.0
+        );
+    }
+}

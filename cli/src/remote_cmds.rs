@@ -1,0 +1,515 @@
+//! `hipfs serve`, `hipfs mount`, `hipfs umount`, `hipfs stats MOUNTPOINT`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clap::Args;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use hipfs::remote::mount::{mount_local, mount_remote, MountOptions};
+use hipfs::remote::server::{IdentityPolicy, ServeConfig, Server};
+use hipfs::remote::RemoteError;
+use hipfs::units::parse_size;
+
+/// What the `hipfs` subcommands return: any error, printed once by `main`.
+pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `hipfs serve DIR --listen ADDR ...`
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Export a directory to hipfs clients",
+    long_about = "Export DIR to hipfs clients. Runs in the foreground until SIGTERM or Ctrl-C, then finishes the requests in flight and exits.\n\nExample: hipfs serve /srv/datasets --listen 0.0.0.0:7471 --token-file /etc/hipfs/token --read-only"
+)]
+pub struct ServeArgs {
+    /// The directory to export.
+    pub dir: PathBuf,
+    /// Address to listen on (ip:port; port 0 lets the OS choose). Once the
+    /// server accepts connections, stdout gets one line
+    /// `hipfs serve: listening on ADDR` with the bound address.
+    #[arg(long, default_value = "127.0.0.1:7471")]
+    pub listen: String,
+    /// Refuse every change with EROFS.
+    #[arg(long)]
+    pub read_only: bool,
+    /// File holding the shared secret clients must prove they know (at least 16 bytes).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Transport: auto (verbs when the host has an RDMA device, else tcp), tcp, verbs.
+    #[arg(long, default_value = "auto")]
+    pub transport: String,
+    /// Act as nobody (65534) for requests made by root on a client.
+    #[arg(long)]
+    pub squash_root: bool,
+    /// Act as UID:GID for every request.
+    #[arg(long, value_name = "UID:GID")]
+    pub map_all: Option<String>,
+    /// Allow listening on a non-loopback address without --token-file.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Worker threads (default: 4 per CPU, at least 8).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Send placed reads straight from the file with sendfile(2) (TCP)
+    /// instead of through registered staging memory: one copy less on the
+    /// server; on loopback it was slower on 2 CPUs and faster on 16
+    /// (compare with `hipfs bench userspace --sendfile`).
+    #[arg(long)]
+    pub sendfile: bool,
+}
+
+/// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Mount a hipfs export (or serve and mount a local directory with --local)",
+    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given.\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
+)]
+pub struct MountArgs {
+    /// SERVER[:PORT] (a trailing ":/" as mount(8) passes it is accepted), or with --local the directory to serve.
+    pub source: String,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Serve SOURCE (a local directory) inside this process and mount it.
+    #[arg(long)]
+    pub local: bool,
+    /// Stay in the foreground (logs go to stderr).
+    #[arg(long, short = 'f')]
+    pub foreground: bool,
+    /// Internal: this process is the background mount that a `hipfs mount`
+    /// without --foreground started; it reports `ready` or `error: MSG` as
+    /// one line on stdout, then detaches its output.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
+}
+
+/// `hipfs umount MOUNTPOINT`
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Unmount a hipfs mount",
+    long_about = "Unmount a hipfs mount (lazily if it is busy). Refuses anything the mount table does not list as a hipfs mount (type fuse.hipfs).\n\nExample: hipfs umount /mnt/data"
+)]
+pub struct UmountArgs {
+    pub mountpoint: PathBuf,
+}
+
+fn parse_map_all(s: &str) -> Result<(u32, u32), RemoteError> {
+    let bad = || RemoteError::Config(format!("--map-all {s}: expected UID:GID, e.g. 1000:1000"));
+    let (u, g) = s.split_once(':').ok_or_else(bad)?;
+    Ok((
+        u.trim().parse().map_err(|_| bad())?,
+        g.trim().parse().map_err(|_| bad())?,
+    ))
+}
+
+/// SIGTERM and SIGINT, delivered as messages from now on: registered before
+/// any work starts, so a signal that arrives early is not lost.
+fn term_signals() -> std::io::Result<Signals> {
+    Signals::new([SIGTERM, SIGINT])
+}
+
+/// Forwards the first of `signals` to `tx` (from a thread of its own, so the
+/// caller can wait for other events on the same channel).
+fn forward_signal(mut signals: Signals, tx: mpsc::Sender<StopReason>) {
+    std::thread::spawn(move || {
+        if let Some(sig) = signals.forever().next() {
+            let _ = tx.send(StopReason::Signal(sig));
+        }
+    });
+}
+
+/// Why a foreground server or mount stops.
+enum StopReason {
+    Signal(i32),
+    /// The mount went away (unmounted from outside).
+    Unmounted,
+}
+
+/// Runs `hipfs serve` until SIGTERM/SIGINT.
+pub fn run_serve(args: &ServeArgs) -> CmdResult {
+    let mut cfg = ServeConfig::new(&args.dir, args.listen.clone());
+    cfg.read_only = args.read_only;
+    cfg.insecure = args.insecure;
+    cfg.workers = args.workers;
+    cfg.send_from_file = args.sendfile;
+    cfg.transport = args
+        .transport
+        .parse()
+        .map_err(|e: hipfs_rdma::Error| RemoteError::Config(e.to_string()))?;
+    if let Some(t) = &args.token_file {
+        cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
+    }
+    cfg.policy = IdentityPolicy {
+        squash_root: args.squash_root,
+        map_all: args.map_all.as_deref().map(parse_map_all).transpose()?,
+    };
+    let mut signals = term_signals()?;
+    let server = Server::start(cfg)?;
+    eprintln!(
+        "hipfs: serving {} on {}{} (SIGTERM or Ctrl-C stops)",
+        args.dir.display(),
+        server.local_addr(),
+        if args.read_only { ", read-only" } else { "" }
+    );
+    // The machine-readable line (tests and scripts read the bound port from
+    // it): printed once the listener is bound, so connections succeed.
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "hipfs serve: listening on {}", server.local_addr())?;
+    out.flush()?;
+    drop(out);
+    let sig = signals.forever().next().unwrap_or(SIGTERM);
+    eprintln!("hipfs: signal {sig}: finishing requests in flight");
+    server.shutdown(Duration::from_secs(30));
+    Ok(())
+}
+
+/// `mount(8)` passes `server:/` or `server:port:/`; the export path is the
+/// server's own choice, so a trailing `:/` (or `:/anything`) is dropped.
+fn server_addr(source: &str) -> String {
+    match source.find(":/") {
+        Some(i) => source[..i].to_string(),
+        None => source.to_string(),
+    }
+}
+
+/// Runs `hipfs mount`. Without `--foreground` the mount is served by a
+/// copy of this program started in the background (`--daemon-child`); this
+/// process returns once that copy reports the mount up, or fails with its
+/// error.
+pub fn run_mount(args: &MountArgs) -> CmdResult {
+    let opts = MountOptions::parse(&args.options.join(","))?;
+    if hipfs_fusefs::is_mounted(&args.mountpoint).unwrap_or(false) {
+        return report_failure(
+            args,
+            RemoteError::Config(format!(
+                "{} is already a mount point (hipfs umount it first)",
+                args.mountpoint.display()
+            ))
+            .into(),
+        );
+    }
+    if !args.mountpoint.is_dir() {
+        return report_failure(
+            args,
+            RemoteError::Config(format!(
+                "mount point {} is not a directory",
+                args.mountpoint.display()
+            ))
+            .into(),
+        );
+    }
+    let mountpoint = match args.mountpoint.canonicalize() {
+        Ok(m) => m,
+        Err(e) => return report_failure(args, RemoteError::Io(e).into()),
+    };
+    let source = if args.local {
+        args.source.clone()
+    } else {
+        server_addr(&args.source)
+    };
+    if args.local && !PathBuf::from(&source).is_dir() {
+        return report_failure(
+            args,
+            RemoteError::Config(format!("--local {source}: not a directory")).into(),
+        );
+    }
+    if !args.foreground && !args.daemon_child {
+        return spawn_background_mount();
+    }
+    if args.daemon_child {
+        // Away from the terminal's session, as a daemon: the mount must
+        // outlive the shell (or mount(8)) that started it.
+        let _ = rustix::process::setsid();
+    }
+    let signals = term_signals()?;
+    let result = if args.local {
+        mount_local(&PathBuf::from(&source), &mountpoint, &opts)
+    } else {
+        mount_remote(&source, &mountpoint, &opts)
+    };
+    let mounted = match result {
+        Ok(m) => m,
+        Err(e) => return report_failure(args, e.into()),
+    };
+    if args.daemon_child {
+        report_ready()?;
+    }
+    // Wait for a signal or for the mount to go away (umount from outside).
+    let (tx, rx) = mpsc::channel();
+    forward_signal(signals, tx.clone());
+    let watcher_mp = mountpoint.clone();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(500));
+        if !hipfs_fusefs::is_mounted(&watcher_mp).unwrap_or(true) {
+            let _ = tx.send(StopReason::Unmounted);
+            return;
+        }
+    });
+    match rx.recv() {
+        Ok(StopReason::Signal(sig)) => log::info!("signal {sig}: unmounting"),
+        Ok(StopReason::Unmounted) | Err(_) => log::info!("unmounted from outside"),
+    }
+    mounted.unmount()?;
+    Ok(())
+}
+
+/// The error of a mount that could not be set up: a background copy
+/// reports it to the process that started it (which prints it, once) and
+/// exits; a foreground mount returns it for `main` to print.
+fn report_failure(args: &MountArgs, e: Box<dyn std::error::Error>) -> CmdResult {
+    if !args.daemon_child {
+        return Err(e);
+    }
+    // One line: newlines in the message would end it early.
+    let line = e.to_string().replace('\n', " ");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "error: {line}");
+    let _ = out.flush();
+    Err(Box::new(AlreadyReported))
+}
+
+/// A failure the background mount has already handed to its parent; `main`
+/// exits nonzero without printing it again.
+#[derive(Debug)]
+pub struct AlreadyReported;
+
+impl std::fmt::Display for AlreadyReported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("reported to the parent process")
+    }
+}
+
+impl std::error::Error for AlreadyReported {}
+
+/// Tells the parent the mount is up, then points stdin, stdout and stderr
+/// at /dev/null: the parent (and its terminal) go away, and a write to a
+/// closed pipe or terminal must not fail later.
+fn report_ready() -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    rustix::stdio::dup2_stdin(&null)?;
+    rustix::stdio::dup2_stdout(&null)?;
+    rustix::stdio::dup2_stderr(&null)?;
+    Ok(())
+}
+
+/// Starts this program again with the same arguments plus `--daemon-child`
+/// and waits for its one-line report: `ready` (return, the mount stays with
+/// the child) or `error: MSG` / end of output (fail with that message).
+fn spawn_background_mount() -> CmdResult {
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--daemon-child")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err("mount failed: no report channel to the mount process".into());
+    };
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let line = line.trim_end();
+    if line == "ready" {
+        return Ok(());
+    }
+    let status = child.wait()?;
+    match line.strip_prefix("error: ") {
+        Some(msg) => Err(format!("mount failed: {msg}").into()),
+        None => Err(format!("mount failed: the mount process died ({status})").into()),
+    }
+}
+
+/// Runs `hipfs umount`: only hipfs mounts (type `fuse.hipfs` in the mount
+/// table, or a plain `fuse` mount, as root makes without fusermount3, whose
+/// root answers hipfs' statistics attribute), never another filesystem.
+pub fn run_umount(args: &UmountArgs) -> CmdResult {
+    let mp = &args.mountpoint;
+    let entry = hipfs_fusefs::mount_at(mp).map_err(RemoteError::Io)?;
+    let Some((fs_type, source)) = entry else {
+        return Err(RemoteError::Config(format!("{} is not mounted", mp.display())).into());
+    };
+    let hipfs_mount =
+        fs_type == hipfs_fusefs::HIPFS_FS_TYPE || (fs_type == "fuse" && mount_stats(mp).is_ok());
+    if !hipfs_mount {
+        return Err(RemoteError::Config(format!(
+            "{} is not a hipfs mount (type {fs_type}, source {source}); use umount(8) for it",
+            mp.display()
+        ))
+        .into());
+    }
+    hipfs_fusefs::unmount_path(mp).map_err(RemoteError::Io)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_sources_drop_the_export_suffix_and_map_all_parses() {
+        assert_eq!(server_addr("srv:/"), "srv");
+        assert_eq!(server_addr("srv:7471:/"), "srv:7471");
+        assert_eq!(server_addr("srv:7471"), "srv:7471");
+        assert_eq!(parse_map_all("1000:100").unwrap(), (1000, 100));
+        assert!(parse_map_all("1000").is_err());
+        assert!(parse_map_all("a:b").is_err());
+    }
+}
+
+/// `hipfs bench mount FILE` and `hipfs bench userspace FILE`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchRemoteArgs {
+    /// The file to read (served from its directory by an in-process server on loopback).
+    pub file: PathBuf,
+    /// Generate FILE with this many bytes first if it is missing (e.g. 2G).
+    #[arg(long, value_parser = parse_size)]
+    pub create: Option<u64>,
+    /// Repetitions after one warm-up round; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Bytes per library call (bench userspace).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub request: u64,
+    /// Read into GPU memory (bench userspace): the whole file into one
+    /// device buffer, checked against the file afterwards.
+    #[arg(long)]
+    pub gpu: bool,
+    /// The GPU to use with --gpu.
+    #[arg(long, default_value_t = 0)]
+    pub device: i32,
+    /// Mount options for the FUSE mount, as `hipfs mount -o` takes them (e.g. max_readahead=8M,threads=4).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// The in-process server sends placed reads straight from the file
+    /// (sendfile on TCP) instead of staging them (`hipfs serve --sendfile`).
+    #[arg(long)]
+    pub sendfile: bool,
+}
+
+fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::MountBenchOptions> {
+    Ok(crate::bench::remote::MountBenchOptions {
+        file: args.file.clone(),
+        create_size: args.create,
+        repeats: args.repeats,
+        mount: MountOptions::parse(&args.options.join(","))?,
+        server_sendfile: args.sendfile,
+    })
+}
+
+/// `hipfs bench mount`: sequential 1 MiB reads through a FUSE mount beside
+/// the same reads through the remote client directly.
+///
+/// Example: hipfs bench mount /tmp/hipfs-1g.bin --create 1G
+pub fn run_bench_mount(args: &BenchRemoteArgs) -> CmdResult {
+    let rows = crate::bench::remote::bench_mount(&bench_opts(args)?)?;
+    crate::bench::remote::print_mount_table(
+        &format!(
+            "hipfs bench mount {} (loopback, server page cache warm, median of {})",
+            args.file.display(),
+            args.repeats
+        ),
+        &rows,
+    );
+    Ok(())
+}
+
+/// `hipfs bench userspace`: UserspaceFs reads into host memory beside the
+/// loopback TCP ceiling and OpaqueFd reads through the FUSE mount.
+///
+/// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
+pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
+    let request = usize::try_from(args.request)
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| RemoteError::Config("--request must be > 0".into()))?;
+    use crate::bench::remote::BenchMemory;
+    let memory = if args.gpu {
+        let rt = hipfs::gpu::runtime();
+        if rt.name() == "host" || rt.device_count() == 0 {
+            return Err(RemoteError::Config(format!(
+                "--gpu: no GPU runtime with a device ({})",
+                hipfs::gpu::selection_message()
+            ))
+            .into());
+        }
+        BenchMemory::Gpu {
+            device: args.device,
+        }
+    } else {
+        BenchMemory::Host
+    };
+    let rows = crate::bench::remote::bench_userspace(&bench_opts(args)?, request, memory)?;
+    let what = match memory {
+        BenchMemory::Host => "host memory".to_string(),
+        BenchMemory::Gpu { device } => {
+            format!("GPU {device} memory via {}", hipfs::gpu::runtime().name())
+        }
+    };
+    crate::bench::remote::print_mount_table(
+        &format!(
+            "hipfs bench userspace {} ({what}, loopback, median of {}{})",
+            args.file.display(),
+            args.repeats,
+            if args.sendfile {
+                ", server sendfile"
+            } else {
+                ""
+            }
+        ),
+        &rows,
+    );
+    Ok(())
+}
+
+/// `hipfs stats [MOUNTPOINT]`.
+#[derive(Args, Debug, Clone)]
+#[command(
+    about = "Print I/O counters: of this process, or of a running hipfs mount",
+    long_about = "Without MOUNTPOINT: the per-path I/O counters of this process. With it: the counters of the process serving that hipfs mount (requests, failures, reconnects, bytes).\n\nExample: hipfs stats /mnt/data"
+)]
+pub struct StatsArgs {
+    /// A hipfs mount point.
+    pub mountpoint: Option<PathBuf>,
+}
+
+/// The counters of the process serving the hipfs mount at `mountpoint`
+/// (read through an attribute of its root directory).
+pub fn mount_stats(mountpoint: &std::path::Path) -> Result<String, RemoteError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = rustix::fs::getxattr(
+        mountpoint,
+        hipfs::remote::client::backend::STATS_XATTR,
+        &mut buf[..],
+    )
+    .map_err(|e| {
+        RemoteError::Config(format!(
+            "{}: not a hipfs mount root, or its daemon does not answer ({})",
+            mountpoint.display(),
+            std::io::Error::from(e)
+        ))
+    })?;
+    buf.truncate(n);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Runs `hipfs stats [MOUNTPOINT]`.
+pub fn run_stats(args: &StatsArgs) -> CmdResult {
+    match &args.mountpoint {
+        Some(m) => print!("{}", mount_stats(m)?),
+        None => println!("{}", hipfs::stats::snapshot()),
+    }
+    Ok(())
+}

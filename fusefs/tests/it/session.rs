@@ -1,0 +1,324 @@
+//! Mount-level behaviour through a real FUSE mount of MemFs: the identify ioctl, read-only
+//! mounts, unmounting, multi-threaded serving, request sizes, callers' credentials.
+//! Root only; skipped with a printed reason otherwise.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::{errno, mount_memfs, skip_reason};
+use hipfs_fusefs::{
+    identify_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs, MountConfig, ROOT_INO,
+};
+
+#[test]
+fn identify_ioctl_answers_with_the_backend_description_of_the_open_file() {
+    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
+        return;
+    };
+    let p = m.path("data.bin");
+    fs::write(&p, b"x").unwrap();
+    let f = fs::File::open(&p).unwrap();
+    let id = identify_fd(f.as_raw_fd()).expect("ioctl answered");
+    let text = String::from_utf8(id).unwrap();
+    let ino = f.metadata().unwrap().ino();
+    assert!(text.starts_with(&format!("memfs:ino={ino}:fh=")), "{text}");
+    assert!(is_hipfs_fd(f.as_raw_fd()).unwrap());
+
+    // Two opens are two handles, so two different answers.
+    let g = fs::File::open(&p).unwrap();
+    assert_ne!(identify_fd(g.as_raw_fd()).unwrap(), text.as_bytes());
+
+    // A file elsewhere is neither identified nor hipfs.
+    let local = tempfile::tempfile().unwrap();
+    assert_eq!(errno(identify_fd(local.as_raw_fd())), libc::ENOTTY);
+    assert!(!is_hipfs_fd(local.as_raw_fd()).unwrap());
+}
+
+#[test]
+fn a_read_only_mount_refuses_every_write_with_erofs() {
+    let fs_ = MemFs::new();
+    let cred = Credentials::root();
+    let (e, fh) = fs_
+        .create(ROOT_INO, "present".as_ref(), 0o644, 0, libc::O_RDWR, &cred)
+        .unwrap();
+    fs_.write(e.attr.ino, fh, 0, b"seed", &cred).unwrap();
+    fs_.release(e.attr.ino, fh, 0, &cred).unwrap();
+    fs_.forget(e.attr.ino, 1);
+    let Some(m) = mount_memfs(fs_, |c| c.read_only = true) else {
+        return;
+    };
+
+    assert_eq!(fs::read(m.path("present")).unwrap(), b"seed");
+    assert_eq!(errno(fs::write(m.path("new"), b"x")), libc::EROFS);
+    assert_eq!(
+        errno(fs::OpenOptions::new().write(true).open(m.path("present"))),
+        libc::EROFS
+    );
+    assert_eq!(errno(fs::create_dir(m.path("d"))), libc::EROFS);
+    assert_eq!(errno(fs::remove_file(m.path("present"))), libc::EROFS);
+    assert_eq!(
+        errno(fs::set_permissions(
+            m.path("present"),
+            fs::Permissions::from_mode(0o600)
+        )),
+        libc::EROFS
+    );
+    assert_eq!(
+        errno(fs::rename(m.path("present"), m.path("moved"))),
+        libc::EROFS
+    );
+    assert_eq!(fs::read(m.path("present")).unwrap(), b"seed");
+}
+
+#[test]
+fn unmount_leaves_no_mount_behind_even_with_a_file_still_open() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let h = mount(Arc::new(MemFs::new()), MountConfig::new(dir.path())).unwrap();
+    assert!(is_mounted(dir.path()).unwrap());
+    fs::write(dir.path().join("f"), b"1").unwrap();
+    let open = fs::File::open(dir.path().join("f")).unwrap();
+    let start = Instant::now();
+    h.unmount().expect("busy mount is detached, not refused");
+    assert!(!is_mounted(dir.path()).unwrap());
+    assert!(start.elapsed() < Duration::from_secs(15));
+    // The detached file now answers errors, not hangs.
+    let mut buf = [0u8; 1];
+    assert!((&open).read(&mut buf).is_err());
+    drop(open);
+
+    // Dropping the handle unmounts too.
+    let h = mount(Arc::new(MemFs::new()), MountConfig::new(dir.path())).unwrap();
+    assert!(is_mounted(dir.path()).unwrap());
+    drop(h);
+    assert!(!is_mounted(dir.path()).unwrap());
+}
+
+#[test]
+fn a_mount_whose_process_dies_is_removed_by_auto_unmount() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // This test binary itself, running only the helper below, is the process that dies.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "session::mount_helper_process",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HELPER_ENV, dir.path())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(dir.path()).unwrap() {
+        assert!(Instant::now() < deadline, "helper never mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fs::write(dir.path().join("x"), b"1").unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_mounted(dir.path()).unwrap() {
+        assert!(Instant::now() < deadline, "mount outlived its process");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const HELPER_ENV: &str = "HIPFS_FUSEFS_TEST_HELPER_MOUNT";
+
+/// Not a test: the child process of the auto-unmount test. Mounts on the directory named by
+/// the environment and serves until killed.
+#[test]
+#[ignore = "child process of a_mount_whose_process_dies_is_removed_by_auto_unmount"]
+fn mount_helper_process() {
+    let Some(dir) = std::env::var_os(HELPER_ENV) else {
+        return;
+    };
+    let _h = mount(Arc::new(MemFs::new()), MountConfig::new(dir)).unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+#[test]
+fn concurrent_readers_are_served_by_several_threads_at_once() {
+    const READERS: usize = 4;
+    const DELAY: Duration = Duration::from_millis(200);
+    let Some(m) = mount_memfs(MemFs::new().with_read_delay(DELAY), |c| {
+        c.threads = READERS;
+        c.direct_io = true;
+    }) else {
+        return;
+    };
+    for i in 0..READERS {
+        fs::write(m.path(&format!("f{i}")), vec![i as u8; 4096]).unwrap();
+    }
+    let files: Vec<fs::File> = (0..READERS)
+        .map(|i| fs::File::open(m.path(&format!("f{i}"))).unwrap())
+        .collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for (i, f) in files.iter().enumerate() {
+            s.spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                f.read_exact_at(&mut buf, 0).unwrap();
+                assert!(buf.iter().all(|b| *b == i as u8));
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    let overlap = m.fs.max_concurrent_reads();
+    eprintln!("{READERS} reads of {DELAY:?} each took {elapsed:?}; max overlap {overlap}");
+    assert!(overlap >= 2, "reads never overlapped");
+    assert!(
+        elapsed < DELAY * READERS as u32 * 3 / 4,
+        "reads were serialised: {elapsed:?}"
+    );
+}
+
+#[test]
+fn direct_io_mounts_pass_one_mebibyte_requests_to_the_backend() {
+    let Some(m) = mount_memfs(MemFs::new(), |c| c.direct_io = true) else {
+        return;
+    };
+    let p = m.path("big");
+    let mib = 1 << 20;
+    // The kernel caps a request at max_pages (256) pages of the caller's buffer, so only a
+    // page-aligned 1 MiB buffer fits whole in one request (as fio and O_DIRECT users have).
+    let mut storage = vec![0u8; mib + 4096];
+    let off = storage.as_ptr().align_offset(4096);
+    let buf = &mut storage[off..off + mib];
+    let data: Vec<u8> = (0..4 * mib).map(|i| (i % 251) as u8).collect();
+    let mut f = fs::File::create(&p).unwrap();
+    for chunk in data.chunks(mib) {
+        buf.copy_from_slice(chunk);
+        f.write_all(buf).unwrap();
+    }
+    drop(f);
+    let mut back = Vec::new();
+    let mut f = fs::File::open(&p).unwrap();
+    loop {
+        let n = f.read(buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        back.extend_from_slice(&buf[..n]);
+    }
+    assert!(back == data, "data read back differs");
+    assert_eq!(m.fs.largest_write(), mib as u64);
+    assert_eq!(m.fs.largest_read(), mib as u64);
+}
+
+#[test]
+fn page_cache_mounts_read_ahead_in_mebibytes_and_return_the_same_bytes_to_parallel_readers() {
+    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
+        return;
+    };
+    let p = m.path("pattern");
+    let data: Vec<u8> = (0..(8usize << 20)).map(|i| (i * 7 % 253) as u8).collect();
+    // Written behind the kernel so no page of it is cached: every read goes to the backend.
+    let cred = Credentials::root();
+    let (e, fh) =
+        m.fs.create(ROOT_INO, "pattern".as_ref(), 0o644, 0, libc::O_RDWR, &cred)
+            .unwrap();
+    m.fs.write(e.attr.ino, fh, 0, &data, &cred).unwrap();
+    m.fs.release(e.attr.ino, fh, 0, &cred).unwrap();
+    m.fs.forget(e.attr.ino, 1);
+    let mut sequential = Vec::new();
+    fs::File::open(&p)
+        .unwrap()
+        .read_to_end(&mut sequential)
+        .unwrap();
+    assert!(sequential == data, "sequential read differs");
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (p, data) = (&p, &data);
+            s.spawn(move || {
+                let f = fs::File::open(p).unwrap();
+                let mut buf = vec![0u8; 300_000];
+                for k in 0..20usize {
+                    let off = (t * 1_000_003 + k * 391_111) % (data.len() - buf.len());
+                    f.read_exact_at(&mut buf, off as u64).unwrap();
+                    assert!(buf[..] == data[off..off + buf.len()], "mismatch at {off}");
+                }
+            });
+        }
+    });
+    let largest = m.fs.largest_read();
+    eprintln!("largest page-cache read request: {largest} bytes");
+    // The mount raised the device's readahead to max_readahead (8 MiB), so readahead asks
+    // the backend for whole mebibytes (max_read) rather than the kernel's default 128 KiB.
+    assert_eq!(largest, 1 << 20);
+}
+
+#[test]
+fn the_kernel_checks_modes_and_the_backend_sees_the_callers_uid() {
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: setpriv (util-linux) not installed");
+        return;
+    }
+    let Some(m) = mount_memfs(MemFs::new(), |c| c.allow_other = true) else {
+        return;
+    };
+    let secret = m.path("secret");
+    fs::write(&secret, b"s").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let open = m.path("open");
+    fs::write(&open, b"o").unwrap();
+    fs::set_permissions(m.root(), fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |script: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .unwrap()
+    };
+    let denied = as_nobody(&format!("cat {}", secret.display()));
+    assert!(!denied.status.success());
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("Permission denied"));
+    let allowed = as_nobody(&format!("cat {}", open.display()));
+    assert_eq!(allowed.stdout, b"o");
+    let made = as_nobody(&format!("echo n > {}", m.path("by-nobody").display()));
+    assert!(made.status.success(), "{made:?}");
+    let md = fs::metadata(m.path("by-nobody")).unwrap();
+    assert_eq!((md.uid(), md.gid()), (65534, 65534));
+}
+
+#[test]
+fn a_foreground_mount_returns_once_unmounted_from_outside() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let serving = std::thread::spawn(move || {
+        hipfs_fusefs::mount_foreground(Arc::new(MemFs::new()), MountConfig::new(path))
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !is_mounted(dir.path()).unwrap() {
+        assert!(Instant::now() < deadline, "never mounted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fs::write(dir.path().join("f"), b"1").unwrap();
+    hipfs_fusefs::unmount_path(dir.path()).unwrap();
+    serving.join().unwrap().expect("session ends cleanly");
+    assert!(!is_mounted(dir.path()).unwrap());
+}

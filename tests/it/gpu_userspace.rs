@@ -1,0 +1,116 @@
+//! UserspaceFs into device memory: a real `hipfs serve` on loopback and a
+//! real FUSE mount; a handle on the mounted file reads from the server
+//! straight into GPU memory (over TCP: pinned bounce, then the copy engine)
+//! and writes back from it, checked byte for byte against the exported
+//! file. Runs where a GPU runtime finds a device (the device machine,
+//! through scripts/gpu/on-device.sh) and says why it skips elsewhere.
+
+use crate::gpu_common::{gpu, Dev};
+use crate::remote_common;
+use crate::remote_common::{lcg, open_us, pattern, Fixture};
+use hipfs::Driver;
+use std::fs;
+
+/// The GPU runtime when there is a device and FUSE mounts work here;
+/// otherwise prints why the test skips.
+fn gpu_and_fuse() -> Option<&'static dyn hipfs::gpu::GpuRuntime> {
+    let rt = gpu()?;
+    if let Some(why) = remote_common::fuse_missing() {
+        println!("skipped: {why}");
+        return None;
+    }
+    Some(rt)
+}
+
+#[test]
+fn userspace_reads_into_device_memory_match_the_exported_file() {
+    let Some(rt) = gpu_and_fuse() else { return };
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = (40 << 20) + 4321;
+    let data = pattern(7, size);
+    fs::write(fx.e("shard"), &data).unwrap();
+    let fh = open_us(&fx.m("shard"), libc::O_RDONLY);
+    let dev = Dev::filled(rt, 24 << 20, 0xa5);
+    let buf = dev.buffer();
+    let mut x = 5u64;
+    for round in 0..2 {
+        if round == 1 {
+            buf.register().unwrap();
+        }
+        for i in 0..40 {
+            let len = if i % 8 == 0 {
+                16 << 20
+            } else {
+                (lcg(&mut x) % (6 << 20)) as usize + 1
+            };
+            let boff = (lcg(&mut x) as usize) % (dev.len - len + 1);
+            let off = lcg(&mut x) % (size as u64 + 8192);
+            rt.device_memset(dev.ptr, 0x5a, dev.len).unwrap();
+            let n = fh.read(&buf, len, off as i64, boff as i64).unwrap();
+            let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
+            assert_eq!(n, want, "round {round}: read {len} at {off} into +{boff}");
+            let got = dev.fetch_at(boff, n);
+            assert!(
+                got == data[off as usize..off as usize + n],
+                "round {round}: bytes of read {len} at {off} into +{boff}"
+            );
+            // Bytes past the read are untouched (still the poison).
+            if boff + n < dev.len {
+                assert_eq!(dev.fetch_at(boff + n, 1)[0], 0x5a, "byte after the read");
+            }
+        }
+    }
+    buf.deregister().unwrap();
+}
+
+#[test]
+fn userspace_writes_from_device_memory_land_in_the_exported_file() {
+    let Some(rt) = gpu_and_fuse() else { return };
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = (20 << 20) + 777;
+    let data = pattern(11, size);
+    let dev = Dev::new(rt, size);
+    rt.copy_to_device(dev.ptr, &data).unwrap();
+    let fh = open_us(&fx.m("out"), libc::O_RDWR | libc::O_CREAT);
+    let buf = dev.buffer();
+    buf.register().unwrap();
+    // Out of order, odd pieces: the file must end up equal to the device bytes.
+    let cuts = [0usize, 3 << 20, (3 << 20) + 1, 9 << 20, 17 << 20, size];
+    for w in cuts.windows(2).rev() {
+        let n = fh
+            .write(&buf, w[1] - w[0], w[0] as i64, w[0] as i64)
+            .unwrap();
+        assert_eq!(n, w[1] - w[0]);
+    }
+    buf.deregister().unwrap();
+    drop(fh);
+    assert!(fs::read(fx.e("out")).unwrap() == data);
+}
+
+#[test]
+fn threads_read_disjoint_pieces_into_one_device_buffer() {
+    let Some(rt) = gpu_and_fuse() else { return };
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = 48 << 20;
+    let data = pattern(13, size);
+    fs::write(fx.e("big"), &data).unwrap();
+    let fh = open_us(&fx.m("big"), libc::O_RDONLY);
+    let dev = Dev::new(rt, size);
+    let buf = dev.buffer();
+    buf.register().unwrap();
+    let piece = size / 8;
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (fh, buf) = (&fh, &buf);
+            s.spawn(move || {
+                let o = t * piece;
+                assert_eq!(fh.read(buf, piece, o as i64, o as i64).unwrap(), piece);
+            });
+        }
+    });
+    buf.deregister().unwrap();
+    assert!(dev.fetch() == data);
+}

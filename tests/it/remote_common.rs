@@ -1,0 +1,162 @@
+//! Shared set-up of the remote end-to-end tests: a real server on loopback
+//! and a real FUSE mount of it, in this process or as child processes.
+
+#![allow(dead_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions};
+use hipfs::remote::server::{ServeConfig, Server};
+
+/// Why these tests cannot run here, if they cannot.
+pub fn fuse_missing() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing".into());
+    }
+    // SAFETY: plain query.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("needs root (server identity switching, allow_other)".into());
+    }
+    None
+}
+
+/// Returns early (printing why) when FUSE tests cannot run here. (The cli's
+/// test binary uses it; the core's, which has this file too, does not.)
+#[allow(unused_macros)]
+macro_rules! require_fuse {
+    () => {
+        if let Some(why) = $crate::remote_common::fuse_missing() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+/// A server exporting a fresh directory and a mount of it.
+pub struct Fixture {
+    pub export: tempfile::TempDir,
+    pub mnt: tempfile::TempDir,
+    pub server: Option<Server>,
+    pub mount: Option<LocalMount>,
+    pub addr: String,
+}
+
+impl Fixture {
+    pub fn new() -> Fixture {
+        Fixture::with(|_| {}, "")
+    }
+
+    /// `tweak` adjusts the server config; `opts` are `-o` mount options.
+    pub fn with(tweak: impl FnOnce(&mut ServeConfig), opts: &str) -> Fixture {
+        let export = tempfile::tempdir().unwrap();
+        let mnt = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+        cfg.transport = hipfs_rdma::TransportKind::Tcp;
+        tweak(&mut cfg);
+        let server = Server::start(cfg).unwrap();
+        let addr = server.local_addr().to_string();
+        let mut o = MountOptions::parse(opts).unwrap();
+        o.transport = hipfs_rdma::TransportKind::Tcp;
+        let mount = mount_remote(&addr, mnt.path(), &o).unwrap();
+        Fixture {
+            export,
+            mnt,
+            server: Some(server),
+            mount: Some(mount),
+            addr,
+        }
+    }
+
+    pub fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.path().join(rel)
+    }
+
+    pub fn e(&self, rel: &str) -> PathBuf {
+        self.export.path().join(rel)
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            let _ = m.unmount();
+        }
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(2));
+        }
+    }
+}
+
+/// errno of a failed operation as a name-like string, or "ok".
+pub fn outcome<T>(r: io::Result<T>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => match e.raw_os_error() {
+            Some(n) => format!("errno {n} ({})", io::Error::from_raw_os_error(n)),
+            None => format!("error {e}"),
+        },
+    }
+}
+
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// `open(2)` returning the raw fd.
+pub fn open_raw(p: &Path, flags: i32, mode: u32) -> io::Result<i32> {
+    let c = cpath(p);
+    // SAFETY: `c` is NUL-terminated.
+    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    if fd < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+pub fn close(fd: i32) {
+    // SAFETY: closing an fd the test owns.
+    unsafe { libc::close(fd) };
+}
+
+pub use crate::common::pattern;
+
+/// A raw protocol connection that has passed the handshake (no token), for
+/// sending hand-made messages.
+pub fn raw_connection(addr: &str) -> Box<dyn hipfs_rdma::Connection> {
+    use hipfs::remote::proto::{Challenge, Hello, Proof, Welcome};
+    let cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
+    let conn = hipfs_rdma::connect(addr, &cfg).unwrap();
+    let t = Duration::from_secs(5);
+    conn.send(&Hello::new([7u8; 32]).encode()).unwrap();
+    let ch = Challenge::decode(&conn.recv(t).unwrap()).unwrap();
+    assert!(!ch.auth_required);
+    conn.send(&Proof { mac: [0u8; 32] }.encode()).unwrap();
+    Welcome::decode(&conn.recv(t).unwrap()).unwrap();
+    conn
+}
+
+/// Sends one raw message and decodes the reply.
+pub fn raw_call(conn: &dyn hipfs_rdma::Connection, msg: &[u8]) -> hipfs::remote::proto::Reply {
+    conn.send(msg).unwrap();
+    hipfs::remote::proto::Reply::decode(&conn.recv(Duration::from_secs(5)).unwrap()).unwrap()
+}
+
+/// A small deterministic generator for offsets and sizes.
+pub fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *x >> 17
+}
+
+/// A UserspaceFs handle on `path` (a file in a hipfs mount), opened.
+pub fn open_us(path: &Path, flags: i32) -> hipfs::FileHandle {
+    let mut fh = hipfs::FileHandle::new(path, flags, 0o644, hipfs::FileHandleType::UserspaceFs);
+    fh.open().unwrap();
+    fh
+}
