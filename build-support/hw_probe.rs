@@ -16,7 +16,13 @@ pub fn probe_hardware() {
     for v in ["HIPFS_REQUIRE_GPU", "HIPFS_REQUIRE_FUSE", "HIPFS_REQUIRE_VERBS"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
-    for cfg in ["hipfs_gpu", "hipfs_fuse", "hipfs_verbs"] {
+    for cfg in [
+        "hipfs_gpu",
+        "hipfs_fuse",
+        "hipfs_verbs",
+        "hipfs_root",
+        "hipfs_systemd_analyze",
+    ] {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
     let required = |v: &str| std::env::var(v).is_ok_and(|s| s == "1");
@@ -45,5 +51,16 @@ pub fn probe_hardware() {
     }
     if verbs || required("HIPFS_REQUIRE_VERBS") {
         println!("cargo:rustc-cfg=hipfs_verbs");
+    }
+    if root {
+        println!("cargo:rustc-cfg=hipfs_root");
+    }
+    let on_path = |prog: &str| {
+        std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join(prog).is_file())
+        })
+    };
+    if on_path("systemd-analyze") {
+        println!("cargo:rustc-cfg=hipfs_systemd_analyze");
     }
 }

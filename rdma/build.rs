@@ -5,8 +5,12 @@
 use std::path::Path;
 use std::process::Command;
 
+include!("../build-support/hw_probe.rs");
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../build-support/hw_probe.rs");
+    probe_hardware();
     println!("cargo:rerun-if-env-changed=LIBCLANG_PATH");
     if std::env::var_os("CARGO_FEATURE_VERBS").is_none() {
         return;

@@ -41,7 +41,7 @@ fi
 
 cd "$REPO"
 echo "== building (cargo test -p hipfs-cli --test it --no-run)"
-mapfile -t BINS < <(cargo test -p hipfs-cli --test it --no-run --message-format=json 2>/dev/null |
+mapfile -t BINS < <(HIPFS_REQUIRE_VERBS=1 cargo test -p hipfs-cli --test it --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     try: m = json.loads(l)

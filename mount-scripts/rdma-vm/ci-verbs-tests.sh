@@ -32,7 +32,7 @@ done
 
 fail=0
 echo "== unit tests + verbs tests in the soft-RoCE VM"
-"$VM" -t 900 -e HIPFS_RDMA_REQUIRE_VERBS=1 -- bash -c "'$LIB' && '$VERBS' --test-threads=1" || fail=1
+"$VM" -t 900 -- bash -c "'$LIB' && '$VERBS' --test-threads=1" || fail=1
 
 echo "== cross-host: two VMs"
 "$VM" -t 300 -p "'$VERBS' --ignored --exact verbs_cross_host_peer_server --nocapture" \

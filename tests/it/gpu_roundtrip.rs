@@ -90,8 +90,12 @@ fn runtime_selection_names_the_runtime_and_why() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn registered_device_buffers_receive_exactly_the_requested_bytes() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-reg");
     let data = pattern(11, FILE_LEN);
@@ -100,8 +104,12 @@ fn registered_device_buffers_receive_exactly_the_requested_bytes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn unregistered_device_buffers_are_staged_and_equally_exact() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-unreg");
     let data = pattern(12, FILE_LEN);
@@ -110,8 +118,12 @@ fn unregistered_device_buffers_are_staged_and_equally_exact() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-mt");
     let data = pattern(13, FILE_LEN);
@@ -148,8 +160,12 @@ fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn device_writes_at_random_offsets_land_in_the_file() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-write");
     let mut expect = pattern(14, FILE_LEN);
@@ -186,8 +202,12 @@ fn device_writes_at_random_offsets_land_in_the_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn reads_past_the_end_of_file_stop_short_into_device_memory() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dir = scratch_dir("gpu-eof");
     let data = pattern(16, 5 << 20 | 123);
@@ -205,8 +225,12 @@ fn reads_past_the_end_of_file_stop_short_into_device_memory() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn device_pointers_are_classified_and_ranges_checked_against_the_allocation() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _d = Driver::open().unwrap();
     let dev = Dev::new(rt, 4 << 20);
     let info = gpu::classify(dev.ptr + 4096);
@@ -233,8 +257,12 @@ fn device_pointers_are_classified_and_ranges_checked_against_the_allocation() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn host_functions_run_in_stream_order() {
-    let Some(rt) = gpu() else { return };
+    let rt = gpu();
     let _g = rt.bind(0).unwrap();
     let stream = rt.stream_create(0).unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -13,18 +13,25 @@ use std::fs;
 
 /// The GPU runtime when there is a device and FUSE mounts work here;
 /// otherwise prints why the test skips.
-fn gpu_and_fuse() -> Option<&'static dyn hipfs::gpu::GpuRuntime> {
-    let rt = gpu()?;
+fn gpu_and_fuse() -> &'static dyn hipfs::gpu::GpuRuntime {
+    let rt = gpu();
     if let Some(why) = remote_common::fuse_missing() {
-        println!("skipped: {why}");
-        return None;
+        panic!("{why}; this test is ignored without FUSE unless HIPFS_REQUIRE_FUSE=1");
     }
-    Some(rt)
+    rt
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn userspace_reads_into_device_memory_match_the_exported_file() {
-    let Some(rt) = gpu_and_fuse() else { return };
+    let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = (40 << 20) + 4321;
@@ -65,8 +72,16 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn userspace_writes_from_device_memory_land_in_the_exported_file() {
-    let Some(rt) = gpu_and_fuse() else { return };
+    let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = (20 << 20) + 777;
@@ -90,8 +105,16 @@ fn userspace_writes_from_device_memory_land_in_the_exported_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn threads_read_disjoint_pieces_into_one_device_buffer() {
-    let Some(rt) = gpu_and_fuse() else { return };
+    let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
     let size = 48 << 20;

@@ -21,6 +21,10 @@ fn run(cmd: &mut Command) {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn concurrent_writers_to_different_files_and_to_one_file_all_land_intact() {
     require_fuse!();
     let fx = Fixture::new();
@@ -72,6 +76,10 @@ fn concurrent_writers_to_different_files_and_to_one_file_all_land_intact() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn sparse_file_beyond_4_gib_reads_back_holes_as_zeros_and_data_intact() {
     require_fuse!();
     let fx = Fixture::new();
@@ -107,6 +115,10 @@ fn sparse_file_beyond_4_gib_reads_back_holes_as_zeros_and_data_intact() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn ten_thousand_small_files_are_all_created_listed_and_read_back() {
     require_fuse!();
     let fx = Fixture::new();
@@ -202,6 +214,10 @@ fn listing_with(root: &Path, time: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn cp_archive_round_trip_through_the_mount_preserves_everything() {
     require_fuse!();
     let fx = Fixture::new();
@@ -226,6 +242,10 @@ fn cp_archive_round_trip_through_the_mount_preserves_everything() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn tar_round_trip_through_the_mount_is_byte_identical() {
     require_fuse!();
     let fx = Fixture::new();
@@ -261,12 +281,16 @@ fn tar_round_trip_through_the_mount_is_byte_identical() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn fio_with_crc32c_verification_passes_through_the_mount() {
     require_fuse!();
-    if Command::new("fio").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: fio is not installed");
-        return;
-    }
+    assert!(
+        Command::new("fio").arg("--version").output().is_ok(),
+        "fio is not installed (bash scripts/setup.sh test installs it)"
+    );
     let fx = Fixture::new();
     for rw in ["write", "randwrite"] {
         run(Command::new("fio")

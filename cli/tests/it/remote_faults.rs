@@ -39,6 +39,10 @@ fn opts(s: &str) -> MountOptions {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn server_killed_during_a_large_read_fails_the_read_then_a_restart_resumes_the_same_fd() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();
@@ -109,6 +113,10 @@ fn server_killed_during_a_large_read_fails_the_read_then_a_restart_resumes_the_s
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn server_killed_during_writes_leaves_only_whole_acknowledged_writes() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();
@@ -219,6 +227,10 @@ fn an_incompatible_protocol_version_is_refused_with_a_clear_message() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_read_only_export_refuses_writes_with_erofs_in_the_kernel_and_on_the_server() {
     require_fuse!();
     let fx = Fixture::with(|c| c.read_only = true, "");
@@ -388,6 +400,10 @@ fn paths_that_escape_the_export_are_refused_by_validation_and_by_resolve_beneath
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn an_unprivileged_user_is_denied_by_mode_bits_on_the_client_and_the_server() {
     require_fuse!();
     let fx = Fixture::with(|_| {}, "allow_other");
@@ -464,6 +480,10 @@ fn an_unprivileged_user_is_denied_by_mode_bits_on_the_client_and_the_server() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn root_on_a_client_of_a_squash_root_export_is_treated_as_nobody() {
     require_fuse!();
     let fx = Fixture::with(|c| c.policy.squash_root = true, "");
@@ -592,6 +612,10 @@ fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_ar
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_mount_whose_server_is_gone_unmounts_without_force() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();

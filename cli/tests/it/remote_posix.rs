@@ -378,6 +378,10 @@ fn compare(name: &str, fx: &Fixture, s: Scenario) {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn posix_behaviour_through_the_mount_matches_the_local_filesystem() {
     require_fuse!();
     let fx = Fixture::new();
@@ -399,6 +403,10 @@ fn posix_behaviour_through_the_mount_matches_the_local_filesystem() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn changes_through_the_mount_land_in_the_export_and_back() {
     require_fuse!();
     let fx = Fixture::new();
@@ -424,6 +432,10 @@ fn nix_statvfs(p: &Path) -> (u64, u64) {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_mounts_counters_are_readable_through_its_root_and_count_the_bytes() {
     require_fuse!();
     let fx = Fixture::with(|_| {}, "direct_io");
@@ -454,6 +466,10 @@ fn fds_on(target: &Path) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn closing_files_releases_the_servers_descriptors() {
     require_fuse!();
     let _d = hipfs::Driver::open().unwrap();

@@ -49,6 +49,10 @@ fn start_server(dir: &Path) -> Server {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn hipfs_mount_daemonizes_once_mounted_and_hipfs_umount_removes_it() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();
@@ -74,6 +78,10 @@ fn hipfs_mount_daemonizes_once_mounted_and_hipfs_umount_removes_it() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn hipfs_mount_reports_an_unreachable_server_and_a_bad_option_and_exits_nonzero() {
     require_fuse!();
     let mnt = tempfile::tempdir().unwrap();
@@ -103,6 +111,10 @@ fn hipfs_mount_reports_an_unreachable_server_and_a_bad_option_and_exits_nonzero(
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn hipfs_mount_local_serves_a_directory_in_process() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
@@ -126,13 +138,13 @@ fn hipfs_mount_local_serves_a_directory_in_process() {
 /// as root the mount goes straight to mount(2) instead of failing with
 /// ENOENT for a helper that `auto_unmount` would need.
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
+    // FUSE tests run as root (hipfs_fuse), which mount(2) without a helper needs.
     require_fuse!();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root (mount(2) without fusermount)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("f"), b"no helper").unwrap();
@@ -155,8 +167,8 @@ fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
     wait_unmounted(mnt.path());
 }
 
-/// Puts the helper where mount(8) looks for it; false (test skipped) when
-/// another program already sits there.
+/// Puts the helper where mount(8) looks for it; false when another program
+/// already sits there.
 fn install_helper() -> bool {
     let target = repo().join("mount-scripts/mount.fuse.hipfs");
     let at = Path::new("/sbin/mount.fuse.hipfs");
@@ -174,12 +186,16 @@ fn install_helper() -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
     require_fuse!();
-    if !install_helper() {
-        eprintln!("SKIPPED: /sbin/mount.fuse.hipfs exists and is not this checkout's helper");
-        return;
-    }
+    assert!(
+        install_helper(),
+        "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
+    );
     let export = tempfile::tempdir().unwrap();
     let mnt = tempfile::tempdir().unwrap();
     fs::write(export.path().join("data"), b"via mount(8)").unwrap();
@@ -227,15 +243,11 @@ fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_systemd_analyze),
+    ignore = "needs systemd-analyze (package systemd), absent when this test was built"
+)]
 fn the_systemd_units_pass_systemd_analyze_verify() {
-    if Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: systemd-analyze is not installed");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let env = dir.path().join("serve.env");
     fs::write(
@@ -264,6 +276,10 @@ fn the_systemd_units_pass_systemd_analyze_verify() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn hipfs_umount_refuses_a_tmpfs_and_leaves_it_mounted() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,10 @@ use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -20,6 +24,10 @@ fn userspace_reads_at_random_offsets_and_sizes_match_the_exported_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn userspace_reads_sent_from_the_file_by_the_server_match_the_exported_file() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -56,6 +64,10 @@ fn random_reads_match_the_exported_file(fx: &Fixture) {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn many_threads_on_one_handle_and_many_handles_on_one_file_read_correct_bytes() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -89,6 +101,10 @@ fn many_threads_on_one_handle_and_many_handles_on_one_file_read_correct_bytes() 
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn userspace_writes_at_random_offsets_land_in_the_exported_file() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -141,6 +157,10 @@ fn userspace_registration_of_a_file_outside_any_hipfs_mount_is_refused_with_io_n
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -184,6 +204,10 @@ fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_buffer_registered_for_rdma_after_binding_carries_the_connections_descriptor_and_reads_land_in_it(
 ) {
     require_fuse!();
@@ -235,6 +259,10 @@ fn a_buffer_registered_for_rdma_after_binding_carries_the_connections_descriptor
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_buffer_registered_for_rdma_before_any_client_is_registered_on_first_read() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -258,6 +286,10 @@ fn a_buffer_registered_for_rdma_before_any_client_is_registered_on_first_read() 
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
     require_fuse!();
     let _d = Driver::open().unwrap();
@@ -279,6 +311,10 @@ fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn the_c_abi_gives_host_buffers_the_transports_descriptor_while_a_hipfs_client_is_connected() {
     require_fuse!();
     let _d = Driver::open().unwrap();

@@ -31,25 +31,25 @@ fn create_behind_the_kernel(fs: &MemFs, name: &str) {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn attributes_stay_cached_for_attr_timeout_and_are_refetched_when_it_is_zero() {
-    let Some(m) = mount_memfs(MemFs::new(), |c| {
+    let m = mount_memfs(MemFs::new(), |c| {
         c.attr_timeout = Duration::from_secs(60);
         c.entry_timeout = Duration::from_secs(60);
-    }) else {
-        return;
-    };
+    });
     fs::write(m.path("f"), b"12345").unwrap();
     assert_eq!(fs::metadata(m.path("f")).unwrap().len(), 5);
     resize_behind_the_kernel(&m.fs, "f", 50);
     assert_eq!(fs::metadata(m.path("f")).unwrap().len(), 5, "cached size");
     drop(m);
 
-    let Some(m) = mount_memfs(MemFs::new(), |c| {
+    let m = mount_memfs(MemFs::new(), |c| {
         c.attr_timeout = Duration::ZERO;
         c.entry_timeout = Duration::ZERO;
-    }) else {
-        return;
-    };
+    });
     fs::write(m.path("f"), b"12345").unwrap();
     assert_eq!(fs::metadata(m.path("f")).unwrap().len(), 5);
     resize_behind_the_kernel(&m.fs, "f", 50);
@@ -57,12 +57,14 @@ fn attributes_stay_cached_for_attr_timeout_and_are_refetched_when_it_is_zero() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn missing_names_are_cached_only_when_a_negative_timeout_is_set() {
-    let Some(m) = mount_memfs(MemFs::new(), |c| {
+    let m = mount_memfs(MemFs::new(), |c| {
         c.negative_timeout = Duration::from_secs(60)
-    }) else {
-        return;
-    };
+    });
     assert_eq!(errno(fs::metadata(m.path("late"))), libc::ENOENT);
     create_behind_the_kernel(&m.fs, "late");
     assert_eq!(
@@ -75,9 +77,7 @@ fn missing_names_are_cached_only_when_a_negative_timeout_is_set() {
     assert!(fs::metadata(m.path("other")).is_ok());
     drop(m);
 
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     assert_eq!(errno(fs::metadata(m.path("late"))), libc::ENOENT);
     create_behind_the_kernel(&m.fs, "late");
     assert!(
@@ -87,13 +87,15 @@ fn missing_names_are_cached_only_when_a_negative_timeout_is_set() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn listing_returns_attributes_so_stat_of_each_entry_needs_no_lookup() {
-    let Some(m) = mount_memfs(MemFs::new(), |c| {
+    let m = mount_memfs(MemFs::new(), |c| {
         c.attr_timeout = Duration::from_secs(60);
         c.entry_timeout = Duration::from_secs(60);
-    }) else {
-        return;
-    };
+    });
     for i in 0..50 {
         create_behind_the_kernel(&m.fs, &format!("n{i}"));
     }
@@ -113,10 +115,12 @@ fn listing_returns_attributes_so_stat_of_each_entry_needs_no_lookup() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_mount_without_auto_unmount_is_still_recognised_as_hipfs() {
-    let Some(m) = mount_memfs(MemFs::new(), |c| c.auto_unmount = false) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |c| c.auto_unmount = false);
     fs::write(m.path("f"), b"x").unwrap();
     let f = fs::File::open(m.path("f")).unwrap();
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -9,10 +9,12 @@ use crate::common::{cpath, errno, last_errno, mount_memfs};
 use hipfs_fusefs::MemFs;
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn files_written_through_the_mount_read_back_rename_and_unlink() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let a = m.path("a.txt");
     fs::write(&a, b"hello world").unwrap();
     assert_eq!(fs::read(&a).unwrap(), b"hello world");
@@ -54,10 +56,12 @@ fn files_written_through_the_mount_read_back_rename_and_unlink() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_file_unlinked_while_open_stays_readable_until_closed() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = m.path("gone");
     fs::write(&p, b"still here").unwrap();
     let mut f = fs::File::open(&p).unwrap();
@@ -69,10 +73,12 @@ fn a_file_unlinked_while_open_stays_readable_until_closed() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn directories_list_their_entries_and_rmdir_refuses_nonempty_ones() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let d = m.path("dir");
     fs::create_dir(&d).unwrap();
     for i in 0..300 {
@@ -107,10 +113,12 @@ fn directories_list_their_entries_and_rmdir_refuses_nonempty_ones() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn inodes_are_freed_once_unlinked_and_forgotten_by_the_kernel() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let d = m.path("many");
     fs::create_dir(&d).unwrap();
     for i in 0..200 {
@@ -130,10 +138,12 @@ fn inodes_are_freed_once_unlinked_and_forgotten_by_the_kernel() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn symlinks_and_hard_links_behave_as_posix_says() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let target = m.path("target");
     fs::write(&target, b"data").unwrap();
     let sl = m.path("sl");
@@ -163,10 +173,12 @@ fn symlinks_and_hard_links_behave_as_posix_says() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn chmod_chown_truncate_and_utimens_change_attributes() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = m.path("f");
     fs::write(&p, vec![7u8; 10_000]).unwrap();
     fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
@@ -200,10 +212,12 @@ fn chmod_chown_truncate_and_utimens_change_attributes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn extended_attributes_round_trip_with_create_and_replace_flags() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = m.path("x");
     fs::write(&p, b"").unwrap();
     let cp = cpath(&p);
@@ -251,10 +265,12 @@ fn extended_attributes_round_trip_with_create_and_replace_flags() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn statfs_reports_the_backend_numbers() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let cp = cpath(m.root());
     // SAFETY: zeroed statvfs is valid plain data.
     let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -267,10 +283,12 @@ fn statfs_reports_the_backend_numbers() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn fifos_are_created_with_mknod() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = cpath(&m.path("fifo"));
     // SAFETY: valid path.
     assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o600) }, 0);
@@ -280,10 +298,12 @@ fn fifos_are_created_with_mknod() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn rename_flags_noreplace_and_exchange_are_honoured() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let (a, b) = (m.path("a"), m.path("b"));
     fs::write(&a, b"A").unwrap();
     fs::write(&b, b"B").unwrap();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::common;
-use crate::common::{errno, skip_reason};
+use crate::common::{errno, require_fuse};
 use hipfs_fusefs::{
     mount, Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, Ino, MemFs, MountConfig, Result,
     SetAttr, StatFs,
@@ -122,11 +122,12 @@ impl Backend for Faulty {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn backend_panics_become_eio_and_the_mount_keeps_serving() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
+    require_fuse();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = MountConfig::new(dir.path());
     // One thread: if the panic had killed it, nothing below could be answered.
@@ -147,11 +148,12 @@ fn backend_panics_become_eio_and_the_mount_keeps_serving() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn backend_errnos_reach_the_caller_unchanged_and_overlong_reads_are_refused() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
+    require_fuse();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = MountConfig::new(dir.path());
     cfg.direct_io = true;

@@ -10,16 +10,18 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{errno, mount_memfs, skip_reason};
+use crate::common::{errno, mount_memfs, require_fuse};
 use hipfs_fusefs::{
     identify_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs, MountConfig, ROOT_INO,
 };
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn identify_ioctl_answers_with_the_backend_description_of_the_open_file() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = m.path("data.bin");
     fs::write(&p, b"x").unwrap();
     let f = fs::File::open(&p).unwrap();
@@ -40,6 +42,10 @@ fn identify_ioctl_answers_with_the_backend_description_of_the_open_file() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_read_only_mount_refuses_every_write_with_erofs() {
     let fs_ = MemFs::new();
     let cred = Credentials::root();
@@ -49,9 +55,7 @@ fn a_read_only_mount_refuses_every_write_with_erofs() {
     fs_.write(e.attr.ino, fh, 0, b"seed", &cred).unwrap();
     fs_.release(e.attr.ino, fh, 0, &cred).unwrap();
     fs_.forget(e.attr.ino, 1);
-    let Some(m) = mount_memfs(fs_, |c| c.read_only = true) else {
-        return;
-    };
+    let m = mount_memfs(fs_, |c| c.read_only = true);
 
     assert_eq!(fs::read(m.path("present")).unwrap(), b"seed");
     assert_eq!(errno(fs::write(m.path("new"), b"x")), libc::EROFS);
@@ -76,11 +80,12 @@ fn a_read_only_mount_refuses_every_write_with_erofs() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn unmount_leaves_no_mount_behind_even_with_a_file_still_open() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
+    require_fuse();
     let dir = tempfile::tempdir().unwrap();
     let h = mount(Arc::new(MemFs::new()), MountConfig::new(dir.path())).unwrap();
     assert!(is_mounted(dir.path()).unwrap());
@@ -103,11 +108,12 @@ fn unmount_leaves_no_mount_behind_even_with_a_file_still_open() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_mount_whose_process_dies_is_removed_by_auto_unmount() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
+    require_fuse();
     let dir = tempfile::tempdir().unwrap();
     // This test binary itself, running only the helper below, is the process that dies.
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -152,15 +158,17 @@ fn mount_helper_process() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn concurrent_readers_are_served_by_several_threads_at_once() {
     const READERS: usize = 4;
     const DELAY: Duration = Duration::from_millis(200);
-    let Some(m) = mount_memfs(MemFs::new().with_read_delay(DELAY), |c| {
+    let m = mount_memfs(MemFs::new().with_read_delay(DELAY), |c| {
         c.threads = READERS;
         c.direct_io = true;
-    }) else {
-        return;
-    };
+    });
     for i in 0..READERS {
         fs::write(m.path(&format!("f{i}")), vec![i as u8; 4096]).unwrap();
     }
@@ -188,10 +196,12 @@ fn concurrent_readers_are_served_by_several_threads_at_once() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn direct_io_mounts_pass_one_mebibyte_requests_to_the_backend() {
-    let Some(m) = mount_memfs(MemFs::new(), |c| c.direct_io = true) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |c| c.direct_io = true);
     let p = m.path("big");
     let mib = 1 << 20;
     // The kernel caps a request at max_pages (256) pages of the caller's buffer, so only a
@@ -221,10 +231,12 @@ fn direct_io_mounts_pass_one_mebibyte_requests_to_the_backend() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn page_cache_mounts_read_ahead_in_mebibytes_and_return_the_same_bytes_to_parallel_readers() {
-    let Some(m) = mount_memfs(MemFs::new(), |_| {}) else {
-        return;
-    };
+    let m = mount_memfs(MemFs::new(), |_| {});
     let p = m.path("pattern");
     let data: Vec<u8> = (0..(8usize << 20)).map(|i| (i * 7 % 253) as u8).collect();
     // Written behind the kernel so no page of it is cached: every read goes to the backend.
@@ -263,14 +275,16 @@ fn page_cache_mounts_read_ahead_in_mebibytes_and_return_the_same_bytes_to_parall
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn the_kernel_checks_modes_and_the_backend_sees_the_callers_uid() {
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: setpriv (util-linux) not installed");
-        return;
-    }
-    let Some(m) = mount_memfs(MemFs::new(), |c| c.allow_other = true) else {
-        return;
-    };
+    assert!(
+        Command::new("setpriv").arg("--version").output().is_ok(),
+        "setpriv (util-linux) is not installed"
+    );
+    let m = mount_memfs(MemFs::new(), |c| c.allow_other = true);
     let secret = m.path("secret");
     fs::write(&secret, b"s").unwrap();
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
@@ -302,11 +316,12 @@ fn the_kernel_checks_modes_and_the_backend_sees_the_callers_uid() {
 }
 
 #[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_foreground_mount_returns_once_unmounted_from_outside() {
-    if let Some(why) = skip_reason() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
+    require_fuse();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     let serving = std::thread::spawn(move || {
