@@ -38,6 +38,7 @@ pub mod bench;
 mod descriptor;
 mod error;
 mod mem;
+mod ratelog;
 mod region;
 pub mod tcp;
 #[cfg(feature = "verbs")]
@@ -51,6 +52,7 @@ use std::time::Duration;
 
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
+pub use ratelog::RateLimitedLog;
 pub use region::LocalRegion;
 
 /// Which transport to use.
