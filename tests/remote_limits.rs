@@ -400,3 +400,81 @@ fn connections_beyond_the_limit_are_refused_with_a_reason_and_a_freed_slot_is_re
     assert!(r.result.is_ok());
     server.shutdown(Duration::from_secs(1));
 }
+
+/// The state letter of process `pid` (`R`, `S`, `D`, ...) from /proc/PID/stat.
+fn proc_state(pid: u32) -> Option<char> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": the state follows the last ')'.
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[test]
+fn a_sigkilled_reader_of_a_stopped_server_leaves_d_state_promptly() {
+    require_fuse!();
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    // Written beside the mount, so nothing of it is in the mount's page cache.
+    fs::write(export.path().join("f"), vec![5u8; 4 << 20]).unwrap();
+    let port = free_port();
+    let server = KillOnDrop(spawn_server(export.path(), port, &["--transport", "tcp"]));
+    let mut o = hipfs::remote::mount::MountOptions::parse("direct_io,timeout=30").unwrap();
+    o.transport = hipfs_rdma::TransportKind::Tcp;
+    let mount =
+        hipfs::remote::mount::mount_remote(&format!("127.0.0.1:{port}"), mnt.path(), &o).unwrap();
+    // The reader opens the file while the server runs, then waits for a
+    // line before reading it.
+    let mut reader = Command::new("sh")
+        .arg("-c")
+        .arg("exec 3< \"$1\"; read go; exec cat <&3 >/dev/null")
+        .arg("sh")
+        .arg(mnt.path().join("f"))
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = reader.id();
+    std::thread::sleep(Duration::from_millis(300));
+    let spid = server.0.id() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(spid, libc::SIGSTOP) };
+    reader.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // The reader is now cat, asleep in a FUSE read the stopped server will
+    // not answer (S: the kernel's interruptible wait; once killed it is D
+    // until the daemon answers).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "cat" && matches!(proc_state(pid), Some('S' | 'D')) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reader never waited on the stopped server ({comm:?}, {:?})",
+            proc_state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    reader.kill().unwrap();
+    let gone = loop {
+        if reader.try_wait().unwrap().is_some() {
+            break killed.elapsed();
+        }
+        if killed.elapsed() > Duration::from_secs(5) {
+            // SAFETY: as above; let the server answer so nothing hangs.
+            unsafe { libc::kill(spid, libc::SIGCONT) };
+            panic!(
+                "the killed reader stayed in state {:?} for 5 s",
+                proc_state(pid)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    eprintln!("killed reader gone after {gone:?}");
+    assert!(gone < Duration::from_secs(2), "{gone:?}");
+    // SAFETY: as above.
+    unsafe { libc::kill(spid, libc::SIGCONT) };
+    let _ = mount.unmount();
+}
