@@ -474,11 +474,14 @@ impl Export {
 }
 
 /// Refuses I/O on anything but a regular file: `EISDIR` for a directory,
-/// `ENXIO` (what opening a socket gives) for FIFOs, sockets and devices.
+/// `ELOOP` for a symlink (what `O_NOFOLLOW` answers; `O_PATH` opens the
+/// link itself), `ENXIO` (what opening a socket gives) for FIFOs, sockets
+/// and devices.
 fn only_regular(st: &libc::stat) -> Result<(), Errno> {
     match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => Ok(()),
         libc::S_IFDIR => Err(libc::EISDIR),
+        libc::S_IFLNK => Err(libc::ELOOP),
         _ => Err(libc::ENXIO),
     }
 }
