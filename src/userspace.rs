@@ -26,6 +26,23 @@ pub enum UserspaceBuf {
 // caller's read/write call (which owns the borrow of the memory) is running.
 unsafe impl Send for UserspaceBuf {}
 
+/// The errno a filesystem meant by a negative `ssize_t` return (`-errno`).
+/// Anything that is not a real errno (`-100000`, `isize::MIN`) is `EIO`:
+/// the caller must see a failure it can understand, never errno 100000.
+/// Linux errnos are 1..=4095 (`MAX_ERRNO`).
+///
+/// ```
+/// assert_eq!(hipfs::userspace::errno_of_negative_return(-28), libc::ENOSPC);
+/// assert_eq!(hipfs::userspace::errno_of_negative_return(-100_000), libc::EIO);
+/// ```
+pub fn errno_of_negative_return(ret: isize) -> i32 {
+    const MAX_ERRNO: isize = 4095;
+    match ret.checked_neg() {
+        Some(e @ 1..=MAX_ERRNO) => e as i32,
+        _ => libc::EIO,
+    }
+}
+
 /// A userspace filesystem's per-file operations.
 pub trait UserspaceFs: Send + Sync {
     /// Name of the filesystem type (for logs and `hipfs stats`).
@@ -72,4 +89,21 @@ pub fn resolve_fd(fd: std::os::fd::RawFd) -> Result<std::sync::Arc<dyn Userspace
         crate::OpError::IoNotSupported,
         "UserspaceFs needs a file on a hipfs mount (or fs_ops callbacks through the C API); this file is on no userspace filesystem hipfs knows",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::errno_of_negative_return;
+
+    #[test]
+    fn a_negative_return_that_is_no_errno_becomes_eio() {
+        assert_eq!(
+            errno_of_negative_return(-libc::ENOSPC as isize),
+            libc::ENOSPC
+        );
+        assert_eq!(errno_of_negative_return(-4095), 4095);
+        for bad in [-100_000, -4096, isize::MIN, 0, 5] {
+            assert_eq!(errno_of_negative_return(bad), libc::EIO, "{bad}");
+        }
+    }
 }

@@ -59,6 +59,22 @@ pub struct ServeArgs {
     /// (compare with `hipfs bench userspace --sendfile`).
     #[arg(long)]
     pub sendfile: bool,
+    /// Connections open at once; more are refused with a message.
+    #[arg(long, default_value_t = 64)]
+    pub max_connections: usize,
+    /// Requests in flight per connection before the server stops reading it.
+    #[arg(long, default_value_t = 64)]
+    pub max_requests: usize,
+    /// Bytes in flight per connection (write data, read lengths), in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub max_bytes_in_flight: usize,
+    /// Open files per connection; more opens fail with EMFILE.
+    #[arg(long, default_value_t = 1024)]
+    pub max_open_files: usize,
+    /// Seconds a worker waits for a client (acknowledging a placed read,
+    /// reading its replies) before disconnecting it.
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub ack_timeout: f64,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
@@ -137,6 +153,14 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     cfg.insecure = args.insecure;
     cfg.workers = args.workers;
     cfg.send_from_file = args.sendfile;
+    cfg.limits.max_connections = args.max_connections;
+    cfg.limits.max_requests = args.max_requests;
+    cfg.limits.max_bytes_in_flight = args.max_bytes_in_flight.saturating_mul(1 << 20);
+    cfg.limits.max_open_files = args.max_open_files;
+    cfg.limits.ack_timeout = std::time::Duration::try_from_secs_f64(args.ack_timeout)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| RemoteError::Config("--ack-timeout: expected seconds > 0".into()))?;
     cfg.transport = args
         .transport
         .parse()

@@ -7,6 +7,7 @@
 
 mod adapter;
 mod backend;
+mod caller;
 mod credentials;
 mod error;
 mod identify;
@@ -18,6 +19,7 @@ pub use backend::{
     Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, FileKind, Ino, Result, SetAttr, StatFs,
     TimeOrNow, ROOT_INO,
 };
+pub use caller::caller_killed;
 pub use error::FuseError;
 pub use identify::{identify_fd, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD};
 pub use memfs::MemFs;

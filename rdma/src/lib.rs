@@ -38,6 +38,7 @@ mod descriptor;
 mod error;
 mod mem;
 mod owned;
+mod ratelog;
 mod region;
 pub mod tcp;
 #[cfg(feature = "verbs")]
@@ -52,6 +53,7 @@ use std::time::Duration;
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
 pub use owned::OwnedRegion;
+pub use ratelog::RateLimitedLog;
 pub use region::LocalRegion;
 
 /// Which transport to use.

@@ -79,10 +79,7 @@ fn callback_result(ret: isize, what: &str) -> Result<usize> {
     if ret >= 0 {
         return Ok(ret as usize);
     }
-    let errno = ret
-        .checked_neg()
-        .and_then(|e| i32::try_from(e).ok())
-        .unwrap_or(libc::EIO);
+    let errno = crate::userspace::errno_of_negative_return(ret);
     Err(Error::system(
         errno,
         format!("userspace filesystem {what} callback"),

@@ -71,7 +71,9 @@ impl FuseAdapter {
     /// Like [`Self::call`] for calls without a result: `None` if the backend panicked.
     fn guarded<T>(&self, f: impl FnOnce(&dyn Backend) -> T) -> Option<T> {
         let backend: &dyn Backend = self.backend.as_ref();
-        match panic::catch_unwind(AssertUnwindSafe(|| f(backend))) {
+        let r = panic::catch_unwind(AssertUnwindSafe(|| f(backend)));
+        crate::caller::clear_caller();
+        match r {
             Ok(v) => Some(v),
             Err(_) => {
                 error!("backend panicked; answering EIO");
@@ -81,6 +83,9 @@ impl FuseAdapter {
     }
 
     fn cred(&self, req: &Request) -> Credentials {
+        // Evaluated on the thread that then runs the backend call: lets a
+        // waiting backend see that this caller was killed (caller.rs).
+        crate::caller::set_caller(req.pid());
         self.groups.credentials(req.uid(), req.gid(), req.pid())
     }
 

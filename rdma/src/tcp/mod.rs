@@ -4,6 +4,7 @@
 
 mod conn;
 pub mod frame;
+mod gate;
 mod listener;
 mod regions;
 mod sock;

@@ -233,19 +233,18 @@ impl RemoteClient {
                     return Err(libc::EIO);
                 }
             };
-            let wait = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
+            match wait_for_reply(&rx, deadline) {
                 Ok(reply) => {
                     if let Ok(p) = &reply.result {
                         on_link(&link, p);
                     }
                     return reply.result;
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                Err(Some(errno)) => {
                     link.forget(id);
-                    return Err(libc::ETIMEDOUT);
+                    return Err(errno);
                 }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err(None) => {
                     reached = true;
                     if !idempotent {
                         return Err(libc::EIO);
@@ -356,6 +355,32 @@ fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
                 buf.base,
                 buf.len
             ),
+        }
+    }
+}
+
+/// The reply on `rx`, or why not: `Some(ETIMEDOUT)` at `deadline`,
+/// `Some(EINTR)` when the process the FUSE request is for was killed (the
+/// kernel holds it in D state until answered), `None` when the link died.
+fn wait_for_reply(
+    rx: &std::sync::mpsc::Receiver<super::proto::Reply>,
+    deadline: Instant,
+) -> Result<super::proto::Reply, Option<i32>> {
+    use std::sync::mpsc::RecvTimeoutError;
+    const CHECK_KILLED: Duration = Duration::from_millis(100);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(CHECK_KILLED)) {
+            Ok(reply) => return Ok(reply),
+            Err(RecvTimeoutError::Disconnected) => return Err(None),
+            Err(RecvTimeoutError::Timeout) if left <= CHECK_KILLED => {
+                return Err(Some(libc::ETIMEDOUT))
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if hipfs_fusefs::caller_killed() {
+                    return Err(Some(libc::EINTR));
+                }
+            }
         }
     }
 }

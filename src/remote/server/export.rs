@@ -2,6 +2,7 @@
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -161,7 +162,9 @@ impl Export {
                 // SAFETY: a plain syscall on an fd we hold.
                 Some(f) => check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?,
                 None => {
-                    let f = open_node(self.root_fd(), rel, libc::O_WRONLY)?;
+                    // Through open_file: truncating must not open a FIFO
+                    // or a device either.
+                    let f = self.open_file(rel, libc::O_WRONLY)?;
                     // SAFETY: as above.
                     check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?
                 }
@@ -356,7 +359,16 @@ impl Export {
         })
     }
 
-    /// Opens a file for I/O (`O_NOFOLLOW`, beneath the export).
+    /// Opens a regular file for I/O (`O_NOFOLLOW`, beneath the export).
+    ///
+    /// Only regular files: opening a FIFO blocks until a writer comes, and
+    /// opening a device or socket acts on something outside the export's
+    /// data, so one client could stop a worker for good or reach the
+    /// server's hardware. The name is first opened `O_PATH` (which opens no
+    /// driver and never blocks), its type checked, then that very inode is
+    /// reopened for I/O through its `/proc/self/fd` link (no second lookup
+    /// a rename could race). Clients handle FIFOs and devices themselves,
+    /// as the kernel does for every network filesystem.
     pub fn open_file(&self, rel: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
         let keep = libc::O_ACCMODE
             | libc::O_APPEND
@@ -364,14 +376,34 @@ impl Export {
             | libc::O_NONBLOCK
             | libc::O_SYNC
             | libc::O_DSYNC;
-        open_node(self.root_fd(), rel, flags & keep)
+        let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
+        only_regular(&stat_fd(node.as_raw_fd())?)?;
+        let flags = flags & keep;
+        let access = flags & libc::O_ACCMODE;
+        let file = std::fs::OpenOptions::new()
+            .read(access != libc::O_WRONLY)
+            .write(access != libc::O_RDONLY)
+            // std masks the access mode out of these and adds O_CLOEXEC.
+            .custom_flags(flags | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(format!("/proc/self/fd/{}", node.as_raw_fd()))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let fd = OwnedFd::from(file);
+        only_regular(&stat_fd(fd.as_raw_fd())?)?;
+        Ok(fd)
     }
 
+    /// Creates (or, without `O_EXCL`, opens) a regular file. An existing
+    /// FIFO or device under the name is refused as in [`Export::open_file`]:
+    /// `O_NONBLOCK` keeps the open itself from blocking, the type check
+    /// after it from doing I/O on it.
     pub fn create(&self, rel: &[u8], mode: u32, flags: i32) -> Result<(Entry, OwnedFd), Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL;
-        let fd = open_beneath(dir.as_raw_fd(), &name, (flags & keep) | libc::O_CREAT, mode)?;
-        Ok((self.entry(&stat_fd(fd.as_raw_fd())?), fd))
+        let flags = (flags & keep) | libc::O_CREAT | libc::O_NONBLOCK | libc::O_NOCTTY;
+        let fd = open_beneath(dir.as_raw_fd(), &name, flags, mode)?;
+        let st = stat_fd(fd.as_raw_fd())?;
+        only_regular(&st)?;
+        Ok((self.entry(&st), fd))
     }
 
     pub fn xattr_get(&self, rel: &[u8], name: &CStr) -> Result<Vec<u8>, Errno> {
@@ -438,6 +470,19 @@ impl Export {
         // SAFETY: strings are NUL-terminated.
         check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
         Ok(())
+    }
+}
+
+/// Refuses I/O on anything but a regular file: `EISDIR` for a directory,
+/// `ELOOP` for a symlink (what `O_NOFOLLOW` answers; `O_PATH` opens the
+/// link itself), `ENXIO` (what opening a socket gives) for FIFOs, sockets
+/// and devices.
+fn only_regular(st: &libc::stat) -> Result<(), Errno> {
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Ok(()),
+        libc::S_IFDIR => Err(libc::EISDIR),
+        libc::S_IFLNK => Err(libc::ELOOP),
+        _ => Err(libc::ENXIO),
     }
 }
 

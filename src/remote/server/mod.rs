@@ -7,6 +7,7 @@
 
 mod creds;
 mod export;
+mod limits;
 mod poster;
 mod resolve;
 mod session;
@@ -18,10 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use hipfs_rdma::{Connection, Listener, TransportConfig, TransportKind};
+use hipfs_rdma::{Connection, Listener, RateLimitedLog, TransportConfig, TransportKind};
 
 pub use creds::{IdentityPolicy, NOBODY};
 pub use export::Export;
+pub use limits::Limits;
 
 use super::auth::{random_nonce, Token};
 use super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Request, Welcome, MAX_MESSAGE};
@@ -49,6 +51,8 @@ pub struct ServeConfig {
     /// `hipfs bench userspace --sendfile`); it saves the server a copy
     /// where the peer is another host. Verbs always stages.
     pub send_from_file: bool,
+    /// What one client may hold of the server (see [`Limits`]).
+    pub limits: Limits,
 }
 
 impl ServeConfig {
@@ -63,6 +67,7 @@ impl ServeConfig {
             insecure: false,
             workers: 0,
             send_from_file: false,
+            limits: Limits::default(),
         }
     }
 }
@@ -76,18 +81,51 @@ pub fn transport_config(kind: TransportKind) -> TransportConfig {
     }
 }
 
+/// The server's side of the transport: like [`transport_config`], with
+/// every wait on a client (acknowledgments of placed reads, room to queue
+/// a reply) bounded by `ack_timeout`, so no client holds a worker longer.
+fn server_transport_config(kind: TransportKind, ack_timeout: Duration) -> TransportConfig {
+    TransportConfig {
+        op_timeout: ack_timeout,
+        ..transport_config(kind)
+    }
+}
+
 pub(crate) struct ServerShared {
     pub(crate) export: Export,
     pub(crate) read_only: bool,
     pub(crate) policy: IdentityPolicy,
     send_from_file: bool,
     token: Option<Token>,
+    limits: Limits,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
+    /// Connections open now (authenticated or not).
+    connections: AtomicUsize,
+    /// Staging bytes kept for reuse, over all sessions.
+    kept_staging: Arc<AtomicUsize>,
     sessions: Mutex<Vec<Arc<Session>>>,
 }
 
-type Job = (Arc<Session>, Vec<u8>);
+/// Refusals before authentication: any peer can cause them at will.
+static HANDSHAKE_LOG: RateLimitedLog = RateLimitedLog::new(Duration::from_secs(5));
+
+/// A request read from a connection, decoded (or the id and errno of a
+/// malformed one), with what it counts against the connection's limits.
+struct Job {
+    session: Arc<Session>,
+    request: Result<Request, Option<(u64, i32)>>,
+    cost: usize,
+}
+
+/// Counts one open connection while it lives.
+struct ConnectionSlot(Arc<ServerShared>);
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// A running server. Dropping it does not stop it; call [`Server::shutdown`].
 pub struct Server {
@@ -119,9 +157,10 @@ impl Server {
             )));
         }
         let export = Export::open(&cfg.dir)?;
+        raise_fd_limit();
         let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
             &cfg.listen,
-            &transport_config(cfg.transport),
+            &server_transport_config(cfg.transport, cfg.limits.ack_timeout),
         )?);
         let addr = listener.local_addr();
         let shared = Arc::new(ServerShared {
@@ -130,8 +169,11 @@ impl Server {
             policy: cfg.policy,
             send_from_file: cfg.send_from_file,
             token: cfg.token.clone(),
+            limits: cfg.limits.clone(),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            kept_staging: Arc::new(AtomicUsize::new(0)),
             sessions: Mutex::new(Vec::new()),
         });
         let workers = if cfg.workers == 0 {
@@ -211,11 +253,20 @@ fn accept_loop(shared: Arc<ServerShared>, listener: Arc<dyn Listener>, tx: SyncS
             }
         };
         let conn: Arc<dyn Connection> = Arc::from(conn);
+        let open = shared.connections.fetch_add(1, Ordering::SeqCst) + 1;
+        let slot = ConnectionSlot(shared.clone());
         let shared = shared.clone();
         let tx = tx.clone();
         let spawned = std::thread::Builder::new()
             .name("hipfs-conn".into())
-            .spawn(move || serve_connection(shared, conn, tx));
+            .spawn(move || {
+                if open > shared.limits.max_connections {
+                    refuse_over_limit(&shared, conn.as_ref());
+                } else {
+                    serve_connection(shared, conn, tx);
+                }
+                drop(slot);
+            });
         if let Err(e) = spawned {
             log::warn!("cannot start a connection thread: {e}");
         }
@@ -224,11 +275,46 @@ fn accept_loop(shared: Arc<ServerShared>, listener: Arc<dyn Listener>, tx: SyncS
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Raises this process's soft limit on open files to its hard limit: the
+/// server holds up to `max_connections * max_open_files` descriptors, and
+/// the usual soft limit (1024) would let one client's opens make `accept`
+/// fail for everyone.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        lim.current = lim.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, lim) {
+            log::debug!("cannot raise the open-file limit: {e}");
+        }
+    }
+}
+
+/// Answers a connection beyond `max_connections` with a refusal naming
+/// the limit (after its hello, which is what the client waits to answer).
+fn refuse_over_limit(shared: &ServerShared, conn: &dyn Connection) {
+    let max = shared.limits.max_connections;
+    HANDSHAKE_LOG.warn(|| {
+        format!(
+            "refused {}: the server already has {max} connections (--max-connections)",
+            conn.peer_addr()
+        )
+    });
+    if conn.recv(Duration::from_secs(2)).is_ok() {
+        let reason = format!(
+            "the server already has {max} connections open, its limit (hipfs serve --max-connections); try again later"
+        );
+        let _ = conn.send(&Refused { reason }.encode());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    conn.close();
+}
+
 /// Version check and authentication. Returns false when the client was refused.
 fn handshake(shared: &ServerShared, conn: &dyn Connection) -> Result<bool, RemoteError> {
     let msg = conn.recv(HANDSHAKE_TIMEOUT)?;
     let refuse = |reason: String| -> Result<bool, RemoteError> {
-        log::warn!("refused {}: {reason}", conn.peer_addr());
+        HANDSHAKE_LOG.warn(|| format!("refused {}: {reason}", conn.peer_addr()));
         let _ = conn.send(&Refused { reason }.encode());
         Ok(false)
     };
@@ -286,12 +372,17 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
             return;
         }
         Err(e) => {
-            log::warn!("handshake with {peer}: {e}");
+            HANDSHAKE_LOG.warn(|| format!("handshake with {peer}: {e}"));
             conn.close();
             return;
         }
     }
-    let session = Arc::new(Session::new(conn.clone(), shared.send_from_file));
+    let session = Arc::new(Session::new(
+        conn.clone(),
+        shared.send_from_file,
+        &shared.limits,
+        shared.kept_staging.clone(),
+    ));
     shared
         .sessions
         .lock()
@@ -301,14 +392,27 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
         if shared.stopping.load(Ordering::SeqCst) {
             break;
         }
+        // At its limits the connection is not read: the client's requests
+        // back up into the transport, then into TCP, instead of into
+        // this process's memory.
+        if !session.in_flight.wait_for_room(Duration::from_millis(500)) {
+            continue;
+        }
         match conn.recv(Duration::from_millis(500)) {
             Ok(msg) => {
                 if Kind::of(&msg) != Ok(Kind::Request) {
                     log::warn!("{peer}: unexpected message; closing");
                     break;
                 }
+                let (request, cost) = decode_request(&msg);
+                session.in_flight.add(cost);
                 shared.in_flight.fetch_add(1, Ordering::SeqCst);
-                if tx.send((session.clone(), msg)).is_err() {
+                let job = Job {
+                    session: session.clone(),
+                    request,
+                    cost,
+                };
+                if tx.send(job).is_err() {
                     shared.in_flight.fetch_sub(1, Ordering::SeqCst);
                     break;
                 }
@@ -327,6 +431,28 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
         .retain(|s| !Arc::ptr_eq(s, &session));
     if !shared.stopping.load(Ordering::SeqCst) {
         conn.close();
+    }
+}
+
+/// Decodes a request and says what it counts against its connection's
+/// byte limit: its own size, plus for a read the bytes its reply (or its
+/// staging buffer) will hold.
+fn decode_request(msg: &[u8]) -> (Result<Request, Option<(u64, i32)>>, usize) {
+    match Request::decode(msg) {
+        Ok(req) => {
+            let reply = match &req.op {
+                super::proto::Op::Read { len, .. } => *len as usize,
+                _ => 0,
+            };
+            (Ok(req), msg.len() + reply)
+        }
+        Err(e) => {
+            log::debug!("malformed request: {e}");
+            (
+                Err(Request::peek_id(msg).map(|id| (id, e.errno()))),
+                msg.len(),
+            )
+        }
     }
 }
 
@@ -356,26 +482,41 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
             let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv()
         };
-        let Ok((session, msg)) = job else { return };
-        let reply = match Request::decode(&msg) {
+        let Ok(Job {
+            session,
+            request,
+            cost,
+        }) = job
+        else {
+            return;
+        };
+        let reply = match request {
             Ok(req) => Some(Reply {
                 id: req.id,
                 result: session.handle(&shared, &req),
             }),
-            Err(e) => Request::peek_id(&msg).map(|id| {
-                log::debug!("{}: malformed request: {e}", session.conn.peer_addr());
-                Reply {
-                    id,
-                    result: Err(e.errno()),
-                }
+            Err(id) => id.map(|(id, errno)| Reply {
+                id,
+                result: Err(errno),
             }),
         };
         if let Some(reply) = reply {
             let (conn, msg) = (session.conn.clone(), reply.encode());
-            if let Err(e) = poster::post(session.conn.as_ref(), move || conn.send(&msg)) {
-                log::debug!("reply to {}: {e}", session.conn.peer_addr());
+            match poster::post(session.conn.as_ref(), move || conn.send(&msg)) {
+                Ok(()) => {}
+                // The client did not take its replies for --ack-timeout:
+                // drop it rather than let it hold this worker.
+                Err(hipfs_rdma::Error::Timeout(t)) => {
+                    log::info!(
+                        "disconnecting {}: its replies were not read within {t:?} (--ack-timeout)",
+                        session.conn.peer_addr()
+                    );
+                    session.conn.close();
+                }
+                Err(e) => log::debug!("reply to {}: {e}", session.conn.peer_addr()),
             }
         }
+        session.in_flight.done(cost);
         shared.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::{Connection, LocalRegion};
 
 use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
 use super::creds::become_user;
+use super::limits::{InFlight, Limits};
 use super::resolve::{cstr, last_errno, Errno};
 use super::ServerShared;
 
@@ -36,10 +37,22 @@ pub(crate) struct Session {
     /// (`ServeConfig::send_from_file`), cleared on the transport's first
     /// `Unsupported` (verbs stages them).
     sends_from_files: AtomicBool,
+    /// Requests read from this connection and not yet answered.
+    pub(crate) in_flight: InFlight,
+    max_open_files: usize,
+    /// Staging bytes kept for reuse by all sessions of the server, and the
+    /// most it may be.
+    kept_staging: Arc<AtomicUsize>,
+    max_kept_staging: usize,
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<dyn Connection>, send_from_file: bool) -> Session {
+    pub(crate) fn new(
+        conn: Arc<dyn Connection>,
+        send_from_file: bool,
+        limits: &Limits,
+        kept_staging: Arc<AtomicUsize>,
+    ) -> Session {
         Session {
             conn,
             files: Mutex::new(HashMap::new()),
@@ -47,6 +60,10 @@ impl Session {
             staging: Mutex::new(Vec::new()),
             large_staging: Mutex::new(Vec::new()),
             sends_from_files: AtomicBool::new(send_from_file),
+            in_flight: InFlight::new(limits),
+            max_open_files: limits.max_open_files,
+            kept_staging,
+            max_kept_staging: limits.max_kept_staging,
         }
     }
 
@@ -59,13 +76,26 @@ impl Session {
             .ok_or(libc::EBADF)
     }
 
-    fn add_file(&self, fd: OwnedFd) -> u64 {
+    /// Keeps `fd` open for the client; `EMFILE` when this connection
+    /// already holds `Limits::max_open_files` (the fd is closed): one
+    /// client cannot take every descriptor of the server.
+    fn add_file(&self, fd: OwnedFd) -> Result<u64, Errno> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if files.len() >= self.max_open_files {
+            return Err(libc::EMFILE);
+        }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(fd));
-        fh
+        files.insert(fh, Arc::new(fd));
+        Ok(fh)
+    }
+
+    /// Whether the connection may open another file (checked before the
+    /// open, so a refused one has no side effect such as O_TRUNC).
+    fn may_open(&self) -> Result<(), Errno> {
+        if self.files.lock().unwrap_or_else(|p| p.into_inner()).len() >= self.max_open_files {
+            return Err(libc::EMFILE);
+        }
+        Ok(())
     }
 
     fn pool(&self, len: usize) -> (&Mutex<Vec<Staging>>, usize, usize) {
@@ -79,7 +109,7 @@ impl Session {
     /// A registered buffer of at least `len` bytes (len <= MAX_PLACED_READ).
     fn take_staging(&self, len: usize) -> Result<Staging, Errno> {
         let (pool, size, _) = self.pool(len);
-        if let Some(s) = pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+        if let Some(s) = self.pop_staging(pool) {
             return Ok(s);
         }
         let mut mem = vec![0u8; size].into_boxed_slice();
@@ -93,11 +123,27 @@ impl Session {
     }
 
     fn put_staging(&self, s: Staging) {
-        let (pool, _, keep) = self.pool(s.region.len());
+        let len = s.region.len();
+        let (pool, _, keep) = self.pool(len);
         let mut v = pool.lock().unwrap_or_else(|p| p.into_inner());
-        if v.len() < keep {
-            v.push(s);
+        if v.len() >= keep {
+            return;
         }
+        // The server-wide budget: idle connections must not pin staging
+        // memory without bound (each kept buffer is registered memory).
+        let kept = self.kept_staging.fetch_add(len, Ordering::Relaxed);
+        if kept + len > self.max_kept_staging {
+            self.kept_staging.fetch_sub(len, Ordering::Relaxed);
+            return;
+        }
+        v.push(s);
+    }
+
+    fn pop_staging(&self, pool: &Mutex<Vec<Staging>>) -> Option<Staging> {
+        let s = pool.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+        self.kept_staging
+            .fetch_sub(s.region.len(), Ordering::Relaxed);
+        Some(s)
     }
 
     /// Runs one request and returns its reply payload.
@@ -127,16 +173,18 @@ impl Session {
                 .readdir(path, *cookie, (*max as usize).clamp(1, 2048))
                 .map(Payload::Dir),
             Op::Open { path, flags } => {
+                self.may_open()?;
                 let fd = ex.open_file(path, *flags)?;
                 Ok(Payload::Opened {
-                    fh: self.add_file(fd),
+                    fh: self.add_file(fd)?,
                 })
             }
             Op::Create { path, mode, flags } => {
+                self.may_open()?;
                 let (entry, fd) = ex.create(path, *mode, *flags)?;
                 Ok(Payload::Created {
                     entry,
-                    fh: self.add_file(fd),
+                    fh: self.add_file(fd)?,
                 })
             }
             Op::Release { fh } => {
@@ -299,14 +347,42 @@ impl Session {
     }
 
     /// The errno a client sees when placing a read in its memory failed.
+    /// A client that did not acknowledge the placement in time is
+    /// disconnected: waiting longer would let it hold this worker.
     fn placement_errno(&self, e: &hipfs_rdma::Error) -> Errno {
         log::debug!("write_remote to {}: {e}", self.conn.peer_addr());
+        if let hipfs_rdma::Error::Timeout(t) = e {
+            log::info!(
+                "disconnecting {}: a placed read was not acknowledged within {t:?} (--ack-timeout)",
+                self.conn.peer_addr()
+            );
+            self.conn.close();
+            return libc::ETIMEDOUT;
+        }
         match e {
             hipfs_rdma::Error::OutOfRange { .. }
             | hipfs_rdma::Error::RemoteRejected(_)
             | hipfs_rdma::Error::InvalidArgument(_) => libc::EFAULT,
             _ => libc::EIO,
         }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Give this session's kept staging back to the server-wide budget.
+        let pools = [&self.staging, &self.large_staging];
+        let kept: usize = pools
+            .iter()
+            .map(|p| {
+                p.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .map(|s| s.region.len())
+                    .sum::<usize>()
+            })
+            .sum();
+        self.kept_staging.fetch_sub(kept, Ordering::Relaxed);
     }
 }
 

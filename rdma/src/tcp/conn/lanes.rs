@@ -8,9 +8,13 @@ use std::sync::atomic::Ordering;
 use crossbeam_channel::{select, Receiver};
 
 use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
+use super::super::gate::cost;
 use super::super::sock;
 use super::{io_to_disconnect, send_header, Job, Pending, Shared};
 use crate::{Error, Result};
+
+static REFUSED_LOG: crate::RateLimitedLog =
+    crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
 
 impl Shared {
     pub(super) fn sender_loop(&self, fd: RawFd, jobs: Receiver<Job>) -> Result<()> {
@@ -26,6 +30,7 @@ impl Shared {
                     send_header(fd, &h, !m.is_empty())?;
                     // SAFETY: m is an owned buffer of m.len() bytes.
                     unsafe { sock::send_all(fd, m.as_ptr(), m.len(), false)? };
+                    self.out_gate.release(cost(m.len()));
                 }
                 Job::Write { hdr, slot, local } => {
                     let guard = slot.lock();
@@ -101,13 +106,14 @@ impl Shared {
 
     fn refused(&self, what: &str, h: &Header, st: Status) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
-        log::warn!(
-            "tcp peer {}: refused remote {what} rkey={:#x} addr={:#x} len={}: {st:?}",
-            self.peer,
-            h.rkey,
-            h.addr,
-            h.len
-        );
+        // A peer can send refused frames at will (before authentication
+        // too): one line per interval, not one per frame.
+        REFUSED_LOG.warn(|| {
+            format!(
+                "tcp peer {}: refused remote {what} rkey={:#x} addr={:#x} len={}: {st:?}",
+                self.peer, h.rkey, h.addr, h.len
+            )
+        });
     }
 
     /// Runs until the stream fails; returns why.
@@ -124,6 +130,12 @@ impl Shared {
         let h = Header::decode(&raw, self.max_message)?;
         match h.kind {
             FrameKind::Msg => {
+                // Wait for room before reading the body: while `recv`'s
+                // queue is full this stream is not read, and the peer's
+                // sends back up into TCP.
+                if self.in_gate.acquire(cost(h.len as usize), None).is_err() {
+                    return Err(self.disconnected());
+                }
                 let mut m = vec![0u8; h.len as usize];
                 // SAFETY: m has h.len writable bytes.
                 unsafe { sock::recv_exact(fd, m.as_mut_ptr(), m.len()) }

@@ -14,6 +14,7 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, RecvTimeoutError, 
 mod lanes;
 
 use super::frame::{FrameKind, Header};
+use super::gate::{cost, ByteGate, GateRefusal};
 use super::regions::{KeyTable, Range, Slot};
 use super::sock;
 use crate::descriptor::DescriptorTransport;
@@ -123,6 +124,14 @@ pub(crate) struct Shared {
     max_message: usize,
     chunk: usize,
     op_timeout: Duration,
+    /// Control messages queued for lane 0's sender: `send` waits (up to
+    /// `op_timeout`) while full, so a peer that stops reading cannot make
+    /// this side queue replies without end.
+    out_gate: ByteGate,
+    /// Control messages received and not yet taken by `recv`: lane 0's
+    /// reader stops reading its stream while full, so a peer flooding
+    /// requests meets TCP backpressure instead of growing this queue.
+    in_gate: ByteGate,
     peer: String,
     rejected: AtomicU64,
     written: AtomicU64,
@@ -180,6 +189,8 @@ impl TcpConnection {
             max_message: p.max_message,
             chunk: p.chunk,
             op_timeout: p.op_timeout,
+            out_gate: ByteGate::new(queue_limit(p.max_message)),
+            in_gate: ByteGate::new(queue_limit(p.max_message)),
             peer,
             rejected: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -208,6 +219,16 @@ impl TcpConnection {
     }
 }
 
+/// Bytes of control messages queued in each direction: enough for a
+/// window of full-size messages (replies of 1 MiB reads keep a 10 Gb/s
+/// stream busy for ~13 ms), few enough that many stalled connections do
+/// not exhaust the host.
+pub(crate) const MSG_QUEUE_BYTES: usize = 16 << 20;
+
+fn queue_limit(max_message: usize) -> usize {
+    MSG_QUEUE_BYTES.max(2 * max_message)
+}
+
 impl Drop for TcpConnection {
     fn drop(&mut self) {
         self.shared.die("connection closed locally".into());
@@ -231,6 +252,8 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        self.out_gate.close();
+        self.in_gate.close();
         for l in &self.lanes {
             let _ = l.stream.shutdown(Shutdown::Both);
         }
@@ -441,6 +464,12 @@ impl Connection for TcpConnection {
         }
         // Control messages all use lane 0: one queue, one stream, so they
         // arrive in the order they were sent.
+        let deadline = Instant::now() + sh.op_timeout;
+        match sh.out_gate.acquire(cost(msg.len()), Some(deadline)) {
+            Ok(()) => {}
+            Err(GateRefusal::Full) => return Err(Error::Timeout(sh.op_timeout)),
+            Err(GateRefusal::Closed) => return Err(sh.disconnected()),
+        }
         sh.enqueue(0, Job::Msg(msg.to_vec()))?;
         sh.sent.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -448,15 +477,19 @@ impl Connection for TcpConnection {
 
     fn recv(&self, timeout: Duration) -> Result<Vec<u8>> {
         let sh = &self.shared;
+        let taken = |m: Vec<u8>| {
+            sh.in_gate.release(cost(m.len()));
+            m
+        };
         if let Ok(m) = sh.msg_rx.try_recv() {
-            return Ok(m);
+            return Ok(taken(m));
         }
         if sh.dead.load(Ordering::SeqCst) {
             return Err(sh.disconnected());
         }
         select! {
-            recv(sh.msg_rx) -> m => m.map_err(|_| sh.disconnected()),
-            recv(sh.dead_rx) -> _ => sh.msg_rx.try_recv().map_err(|_| sh.disconnected()),
+            recv(sh.msg_rx) -> m => m.map(taken).map_err(|_| sh.disconnected()),
+            recv(sh.dead_rx) -> _ => sh.msg_rx.try_recv().map(taken).map_err(|_| sh.disconnected()),
             default(timeout) => Err(Error::Timeout(timeout)),
         }
     }
