@@ -357,3 +357,19 @@ fn version_negotiation_picks_the_highest_common_and_explains_a_mismatch() {
         "{why}"
     );
 }
+
+/// Found by the fuzz target: a time 2^63 s before the epoch decoded, and
+/// re-encoding it overflowed while negating the seconds.
+#[test]
+fn times_at_the_edges_of_i64_seconds_round_trip_without_overflow() {
+    for (s, n) in [
+        (i64::MIN, 0),
+        (i64::MIN, 1),
+        (i64::MIN + 1, 999_999_999),
+        (-1, 1),
+    ] {
+        let t = types::join_time(s, n);
+        assert_eq!(types::split_time(t), (s, n), "{s} s {n} ns");
+    }
+    assert_eq!(types::split_time(UNIX_EPOCH), (0, 0));
+}

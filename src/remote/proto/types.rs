@@ -140,12 +140,16 @@ pub(crate) fn split_time(t: SystemTime) -> (i64, u32) {
         Ok(d) => (d.as_secs().min(i64::MAX as u64) as i64, d.subsec_nanos()),
         Err(e) => {
             let d = e.duration();
-            // Before the epoch: floor the seconds so the nanoseconds stay positive.
-            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            // Before the epoch: floor the seconds so the nanoseconds stay
+            // positive; times older than i64 seconds can say clamp to its minimum.
+            let (s, n) = (d.as_secs(), d.subsec_nanos());
             if n == 0 {
-                (-s, 0)
+                (0i64.checked_sub_unsigned(s).unwrap_or(i64::MIN), 0)
             } else {
-                (-s - 1, 1_000_000_000 - n)
+                (
+                    (-1i64).checked_sub_unsigned(s).unwrap_or(i64::MIN),
+                    1_000_000_000 - n,
+                )
             }
         }
     }
