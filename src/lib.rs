@@ -7,9 +7,9 @@
 //! let mut fh = FileHandle::new("/data/shard-0", libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
 //! fh.open()?;
 //! let mut mem = vec![0u8; 64 << 20];
-//! let buf = Buffer::from_slice(&mut mem, 0);
+//! let mut buf = Buffer::from_slice(&mut mem, 0);
 //! buf.register()?;
-//! let n = fh.read(&buf, 64 << 20, 0, 0)?;
+//! let n = fh.read(&mut buf, 64 << 20, 0, 0)?;
 //! println!("read {n} bytes");
 //! # Ok::<(), hipfs::Error>(())
 //! ```
@@ -24,14 +24,14 @@ pub mod error;
 pub mod gpu;
 pub mod handle;
 pub mod io;
-pub mod rdma_hooks;
+pub mod registry;
 pub mod remote;
 pub mod stats;
 pub mod stream;
 pub mod userspace;
 
 pub use batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
-pub use buffer::{Buffer, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
+pub use buffer::{Buffer, BufferView, IoMemory, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
 pub use config::{BoolParam, DriverProperties, SizeTParam, StringParam};
 pub use driver::{
     driver_close, driver_get_properties, driver_open, driver_set_max_cache_size,

@@ -126,7 +126,7 @@ pub unsafe extern "C" fn hipFileRead(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        crate::io::read(&file, base as usize, size, file_offset, buffer_offset)
+        handle::read(&file, base as usize, size, file_offset, buffer_offset)
     })
 }
 
@@ -145,6 +145,6 @@ pub unsafe extern "C" fn hipFileWrite(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        crate::io::write(&file, base as usize, size, file_offset, buffer_offset)
+        handle::write(&file, base as usize, size, file_offset, buffer_offset)
     })
 }

@@ -299,7 +299,7 @@ impl Bench<'_> {
         let mut fh = FileHandle::new(&path, flags, 0o644, FileHandleType::OpaqueFd);
         fh.open()?;
         // SAFETY: dev.ptr is a live device allocation of size bytes.
-        let buf = unsafe { Buffer::new(self.dev.ptr() as *mut u8, self.size, 0) };
+        let mut buf = unsafe { Buffer::new(self.dev.ptr() as *mut u8, self.size, 0) };
         buf.register()?;
         if cold {
             drop_cache(&self.args.file)?;
@@ -314,7 +314,7 @@ impl Bench<'_> {
                 .sync_data()?;
             n
         } else {
-            fh.read(&buf, self.size, 0, 0)?
+            fh.read(&mut buf, self.size, 0, 0)?
         };
         let d = t.elapsed();
         buf.deregister()?;

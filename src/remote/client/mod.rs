@@ -15,7 +15,9 @@ mod link;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::registry::RegisteredBuffer;
 use std::time::{Duration, Instant};
 
 use hipfs_rdma::TransportKind;
@@ -23,7 +25,7 @@ use hipfs_rdma::TransportKind;
 use super::auth::Token;
 use super::proto::{Op, Payload, Request, WireCred};
 use super::RemoteError;
-pub(crate) use link::{registration_containing, Link, RecvBuf};
+pub(crate) use link::{Link, RecvBuf};
 
 /// How a client reaches its server.
 #[derive(Clone, Debug)]
@@ -310,30 +312,83 @@ struct ClientCounters {
     reconnects: AtomicU64,
 }
 
-/// Process-wide clients, one per server address (UserspaceFs handles share
-/// them; see [`direct`]).
-static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());
+/// What makes two clients differ: a second mount of the same server with
+/// another transport, token or lane count gets a client of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ClientKey {
+    server: String,
+    transport: TransportKind,
+    token_file: Option<PathBuf>,
+    token: Option<Token>,
+    lanes: usize,
+    timeout: Duration,
+}
 
-/// The process-wide client for `cfg.server`, connecting on first use.
+impl ClientKey {
+    fn of(cfg: &ClientConfig) -> ClientKey {
+        ClientKey {
+            server: cfg.server.clone(),
+            transport: cfg.transport,
+            token_file: cfg.token_file.clone(),
+            token: cfg.token.clone(),
+            lanes: cfg.lanes,
+            timeout: cfg.timeout,
+        }
+    }
+}
+
+/// One key's client: its own lock serialises connecting for that key only.
+/// It holds the client weakly, so a client nobody uses is dropped (and its
+/// connection closed) with its last user.
+type Slot = Mutex<Weak<RemoteClient>>;
+
+/// Process-wide clients (UserspaceFs handles share them; see [`direct`]).
+/// The outer lock is only held to find or add a slot, never while connecting.
+static CLIENTS: Mutex<Vec<(ClientKey, Arc<Slot>)>> = Mutex::new(Vec::new());
+
+/// The process-wide client for `cfg` (server, transport, token and lanes),
+/// connecting on first use. Connecting blocks only other callers with the
+/// same key; unrelated clients and buffer registration go on meanwhile.
 pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
-    // From the first client on, buffers registered with RDMA_REGISTER are
-    // registered with every connected client's transport at once.
-    crate::rdma_hooks::add_rdma_register_hook(register_with_clients);
-    let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = v.iter().find(|c| c.cfg.server == cfg.server) {
-        return Ok(c.clone());
+    let key = ClientKey::of(&cfg);
+    let slot = {
+        let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget slots whose client is gone and that nobody is filling.
+        v.retain(|(_, s)| {
+            Arc::strong_count(s) > 1 || s.try_lock().map_or(true, |w| w.strong_count() > 0)
+        });
+        match v.iter().find(|(k, _)| *k == key) {
+            Some((_, s)) => Arc::clone(s),
+            None => {
+                let s = Arc::new(Mutex::new(Weak::new()));
+                v.push((key, Arc::clone(&s)));
+                s
+            }
+        }
+    };
+    let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = held.upgrade() {
+        return Ok(c);
     }
     let c = RemoteClient::connect(cfg)?;
-    v.push(c.clone());
+    *held = Arc::downgrade(&c);
     Ok(c)
 }
 
-/// The rdma hook: registers `buf` on the live link of every process-wide
-/// client and gives it the first one's descriptor, so that `desc_str` (C
-/// ABI) and `UserspaceBuf::Rdma` carry the transport's own descriptor.
-/// Clients that connect later register the buffer on first use (see
-/// [`direct`]).
-fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
+/// The live process-wide clients, without waiting on any that is connecting.
+fn live_clients() -> Vec<Arc<RemoteClient>> {
+    let v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    v.iter()
+        .filter_map(|(_, s)| s.try_lock().ok().and_then(|w| w.upgrade()))
+        .collect()
+}
+
+/// Called by `buf_register` for a buffer registered with `RDMA_REGISTER`:
+/// registers `buf` on the live link of every process-wide client and gives
+/// it the first one's descriptor, so that `desc_str` (C ABI) and
+/// `UserspaceBuf::Rdma` carry the transport's own descriptor. Clients that
+/// connect later register the buffer on first use (see [`direct`]).
+pub fn on_rdma_register(buf: &RegisteredBuffer) {
     if buf.info.kind == crate::gpu::MemoryKind::Device {
         log::debug!(
             "buffer {:#x}: device memory is not registered with hipfs clients",
@@ -341,7 +396,7 @@ fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
         );
         return;
     }
-    let clients: Vec<Arc<RemoteClient>> = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let clients = live_clients();
     for c in clients {
         let Some(link) = c.current() else { continue };
         match link.buffer_region(buf) {
