@@ -356,3 +356,48 @@ impl Drop for FileHandle {
         self.close();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Buffer, Driver};
+
+    #[test]
+    fn two_threads_read_disjoint_halves_of_one_registered_buffer_at_once() {
+        let _d = Driver::open().unwrap();
+        let half = 1 << 20;
+        let data: Vec<u8> = (0..2 * half).map(|i| (i * 7 + i / 4093) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("halves");
+        std::fs::write(&path, &data).unwrap();
+        let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
+        fh.open().unwrap();
+        let mut mem = vec![0u8; 2 * half];
+        let base = mem.as_mut_ptr() as usize;
+        let mut buf = Buffer::from_slice(&mut mem, 0);
+        buf.register().unwrap();
+        {
+            let (mut lo, mut hi) = buf.split_at_mut(half).unwrap();
+            assert_eq!((lo.offset(), hi.offset(), hi.len()), (0, half, half));
+            std::thread::scope(|s| {
+                let fh = &fh;
+                let a = s.spawn(move || fh.read(&mut lo, half, 0, 0));
+                let b = s.spawn(move || fh.read(&mut hi, half, half as i64, 0));
+                assert_eq!(a.join().unwrap().unwrap(), half);
+                assert_eq!(b.join().unwrap().unwrap(), half);
+            });
+        }
+        // Both views went through the buffer's own registration.
+        assert!(crate::buffer::lookup(base).is_some());
+        let (mut lo, _) = buf.split_at_mut(half).unwrap();
+        assert_eq!(
+            fh.read(&mut lo, half + 1, 0, 0).unwrap_err().op(),
+            OpError::InvalidValue,
+            "a view must not read past its own end"
+        );
+        assert!(buf.split_at_mut(2 * half + 1).is_err());
+        buf.deregister().unwrap();
+        drop(buf);
+        assert!(mem == data);
+    }
+}

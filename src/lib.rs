@@ -1,5 +1,6 @@
-//! hipfs: the hipFile GPU-direct storage API in Rust, its C ABI, and the
-//! hipfs remote dataset filesystem.
+//! hipfs: the hipFile GPU-direct storage API in Rust and the hipfs remote
+//! dataset filesystem (the C ABI, `libhipfile.so`, is the `hipfile-capi`
+//! crate over this one).
 //!
 //! ```no_run
 //! use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
@@ -16,7 +17,6 @@
 
 pub mod batch;
 pub mod buffer;
-pub mod capi;
 pub mod cli;
 pub mod config;
 pub mod driver;

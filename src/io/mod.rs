@@ -313,3 +313,41 @@ pub(crate) fn run_chunks(
     }
     contiguous_prefix(&chunks, results)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_reads_a_file_with_a_config_value_and_no_driver() {
+        // No Driver is opened and no registry is consulted: the engine is
+        // given the backend, the memory and the configuration.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine");
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let config = Config::default();
+        let backend = FileBackend::Posix(
+            PosixFile::open(std::os::fd::AsRawFd::as_raw_fd(&file), &config).unwrap(),
+        );
+        let mut mem = vec![0u8; 300_000];
+        let span = Span {
+            base: mem.as_mut_ptr() as usize,
+            size: 299_990,
+            file_offset: 10,
+            buffer_offset: 10,
+        };
+        let n = read(&backend, &MemTarget::unregistered(), span, &config).unwrap();
+        assert_eq!(n, 299_990);
+        assert!(mem[10..] == data[10..]);
+        let short = MemTarget {
+            registered_len: Some(100),
+            ..MemTarget::unregistered()
+        };
+        assert_eq!(
+            read(&backend, &short, span, &config).unwrap_err().op(),
+            OpError::InvalidValue
+        );
+    }
+}

@@ -414,3 +414,86 @@ pub fn on_rdma_register(buf: &RegisteredBuffer) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::server::{ServeConfig, Server};
+
+    fn tcp_server() -> (tempfile::TempDir, Server) {
+        let export = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+        cfg.transport = TransportKind::Tcp;
+        (export, Server::start(cfg).unwrap())
+    }
+
+    fn tcp_config(addr: &str) -> ClientConfig {
+        let mut cc = ClientConfig::new(addr);
+        cc.transport = TransportKind::Tcp;
+        cc
+    }
+
+    #[test]
+    fn a_second_config_with_other_lanes_or_transport_gets_its_own_client() {
+        let (_export, server) = tcp_server();
+        let mut one = tcp_config(server.local_addr());
+        one.lanes = 1;
+        let a = shared_client(one.clone()).unwrap();
+        assert!(Arc::ptr_eq(&a, &shared_client(one.clone()).unwrap()));
+        let mut two = one.clone();
+        two.lanes = 2;
+        let b = shared_client(two).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.cfg.lanes, 2);
+        let mut auto = one;
+        auto.transport = TransportKind::Auto;
+        let c = shared_client(auto).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&b, &c));
+        assert_eq!(c.transport(), TransportKind::Auto);
+    }
+
+    #[test]
+    fn a_client_nobody_uses_is_dropped() {
+        let (_export, server) = tcp_server();
+        let mut cfg = tcp_config(server.local_addr());
+        cfg.lanes = 3;
+        let a = shared_client(cfg.clone()).unwrap();
+        let weak = Arc::downgrade(&a);
+        drop(a);
+        assert!(
+            weak.upgrade().is_none(),
+            "the cache kept an unused client alive"
+        );
+        // The next user connects a fresh one.
+        let b = shared_client(cfg).unwrap();
+        assert!(b.current().is_some());
+    }
+
+    #[test]
+    fn connecting_to_a_silent_server_blocks_no_unrelated_client_or_registration() {
+        // Accepts TCP connections (the kernel does) but never answers the
+        // handshake: connecting waits out the client's whole timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut stuck = tcp_config(&silent.local_addr().unwrap().to_string());
+        stuck.timeout = Duration::from_secs(3);
+        let waiting = std::thread::spawn(move || shared_client(stuck).map(drop));
+        // Let that thread get into its connect.
+        std::thread::sleep(Duration::from_millis(200));
+        let (_export, server) = tcp_server();
+        let t = Instant::now();
+        let live = shared_client(tcp_config(server.local_addr())).unwrap();
+        let mut mem = vec![0u8; 65536];
+        let base = mem.as_mut_ptr() as usize;
+        crate::buffer::buf_register(base, mem.len(), crate::registry::RDMA_REGISTER).unwrap();
+        let took = t.elapsed();
+        crate::buffer::buf_deregister(base).unwrap();
+        assert!(
+            took < Duration::from_millis(1500),
+            "an unrelated connect and register waited {took:?} on the silent server"
+        );
+        assert!(live.current().is_some());
+        // The silent connect was still going on all that time (the thread
+        // ends by itself when its timeout runs out).
+        assert!(!waiting.is_finished());
+    }
+}

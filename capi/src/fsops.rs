@@ -7,9 +7,9 @@
 //! pointer is the request's address inside that registration); otherwise
 //! `rdma_info` is NULL and the pointer is host-accessible memory.
 
-use super::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
-use crate::error::{Error, OpError, Result};
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
+use hipfs::error::{Error, OpError, Result};
+use hipfs::userspace::{UserspaceBuf, UserspaceFs};
 use std::ffi::{c_int, c_void, CStr, CString};
 
 /// A file served by C callbacks.
