@@ -155,12 +155,14 @@ fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
     o.transport = hipfs_rdma::TransportKind::Tcp;
     let addr = format!("127.0.0.1:{port}");
     let m = mount_remote(&addr, mnt.path(), &o).unwrap();
-    // The process-wide client UserspaceFs handles bind to, made first with
-    // a short deadline (the default is 30 s).
+    // The process-wide client UserspaceFs handles bind to (same server,
+    // transport and lanes), made first with a short deadline (the default is
+    // 30 s) and kept alive so the handle shares it.
     let mut cc = hipfs::remote::client::ClientConfig::new(&addr);
     cc.timeout = Duration::from_secs(2);
     cc.transport = hipfs_rdma::TransportKind::Tcp;
-    hipfs::remote::client::shared_client(cc).unwrap();
+    cc.lanes = hipfs::remote::client::userspace_lanes();
+    let _client = hipfs::remote::client::shared_client(cc).unwrap();
     let fh = open_us(&mnt.path().join("f"), libc::O_RDONLY);
     let mut mem = vec![0u8; 1 << 20];
     let mut buf = Buffer::from_slice(&mut mem, 0);
@@ -265,10 +267,14 @@ fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
     let fx = Fixture::new();
     fs::write(fx.e("t"), b"transport").unwrap();
     let fh = open_us(&fx.m("t"), libc::O_RDONLY);
-    let client =
-        hipfs::remote::client::shared_client(hipfs::remote::client::ClientConfig::new(&fx.addr))
-            .unwrap();
-    assert_eq!(client.transport(), hipfs_rdma::TransportKind::Tcp);
+    let clients: Vec<_> = hipfs::remote::client::live_shared_clients()
+        .into_iter()
+        .filter(|c| c.server() == fx.addr)
+        .collect();
+    assert!(!clients.is_empty(), "the handle bound no shared client");
+    for c in clients {
+        assert_eq!(c.transport(), hipfs_rdma::TransportKind::Tcp);
+    }
     let mut mem = vec![0u8; 9];
     let mut buf = Buffer::from_slice(&mut mem, 0);
     assert_eq!(fh.read(&mut buf, 9, 0, 0).unwrap(), 9);

@@ -313,7 +313,9 @@ struct ClientCounters {
 }
 
 /// What makes two clients differ: a second mount of the same server with
-/// another transport, token or lane count gets a client of its own.
+/// another transport, token or lane count gets a client of its own. (The
+/// timeout is not part of it: it bounds calls, it does not change what the
+/// connection is, and the first user's timeout holds.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ClientKey {
     server: String,
@@ -321,7 +323,6 @@ struct ClientKey {
     token_file: Option<PathBuf>,
     token: Option<Token>,
     lanes: usize,
-    timeout: Duration,
 }
 
 impl ClientKey {
@@ -332,15 +333,27 @@ impl ClientKey {
             token_file: cfg.token_file.clone(),
             token: cfg.token.clone(),
             lanes: cfg.lanes,
-            timeout: cfg.timeout,
         }
     }
 }
 
-/// One key's client: its own lock serialises connecting for that key only.
-/// It holds the client weakly, so a client nobody uses is dropped (and its
-/// connection closed) with its last user.
-type Slot = Mutex<Weak<RemoteClient>>;
+/// One key's client, held weakly, so a client nobody uses is dropped (and
+/// its connection closed) with its last user. `connect` serialises
+/// connecting for this key only; `client` is only held for a moment.
+#[derive(Default)]
+struct Slot {
+    connect: Mutex<()>,
+    client: Mutex<Weak<RemoteClient>>,
+}
+
+impl Slot {
+    fn get(&self) -> Option<Arc<RemoteClient>> {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
+    }
+}
 
 /// Process-wide clients (UserspaceFs handles share them; see [`direct`]).
 /// The outer lock is only held to find or add a slot, never while connecting.
@@ -354,33 +367,34 @@ pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError
     let slot = {
         let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
         // Forget slots whose client is gone and that nobody is filling.
-        v.retain(|(_, s)| {
-            Arc::strong_count(s) > 1 || s.try_lock().map_or(true, |w| w.strong_count() > 0)
-        });
+        v.retain(|(_, s)| Arc::strong_count(s) > 1 || s.get().is_some());
         match v.iter().find(|(k, _)| *k == key) {
             Some((_, s)) => Arc::clone(s),
             None => {
-                let s = Arc::new(Mutex::new(Weak::new()));
+                let s = Arc::new(Slot::default());
                 v.push((key, Arc::clone(&s)));
                 s
             }
         }
     };
-    let mut held = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = held.upgrade() {
+    if let Some(c) = slot.get() {
+        return Ok(c);
+    }
+    let _one_at_a_time = slot.connect.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = slot.get() {
         return Ok(c);
     }
     let c = RemoteClient::connect(cfg)?;
-    *held = Arc::downgrade(&c);
+    *slot.client.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&c);
     Ok(c)
 }
 
-/// The live process-wide clients, without waiting on any that is connecting.
-fn live_clients() -> Vec<Arc<RemoteClient>> {
+/// The process-wide clients somebody uses now (those [`shared_client`]
+/// handed out and that are still alive), without waiting on any that is
+/// connecting.
+pub fn live_shared_clients() -> Vec<Arc<RemoteClient>> {
     let v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
-    v.iter()
-        .filter_map(|(_, s)| s.try_lock().ok().and_then(|w| w.upgrade()))
-        .collect()
+    v.iter().filter_map(|(_, s)| s.get()).collect()
 }
 
 /// Called by `buf_register` for a buffer registered with `RDMA_REGISTER`:
@@ -396,7 +410,7 @@ pub fn on_rdma_register(buf: &RegisteredBuffer) {
         );
         return;
     }
-    let clients = live_clients();
+    let clients = live_shared_clients();
     for c in clients {
         let Some(link) = c.current() else { continue };
         match link.buffer_region(buf) {
