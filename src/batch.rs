@@ -195,14 +195,14 @@ impl Batch {
         };
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match params.opcode {
-                Opcode::Read => crate::io::read(
+                Opcode::Read => crate::handle::read(
                     &file,
                     params.buf_base,
                     params.size,
                     params.file_offset,
                     params.buf_offset,
                 ),
-                Opcode::Write => crate::io::write(
+                Opcode::Write => crate::handle::write(
                     &file,
                     params.buf_base,
                     params.size,

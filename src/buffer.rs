@@ -1,38 +1,15 @@
 //! Buffers: memory the caller owns, optionally registered with the driver.
 
-use crate::driver::{ensure_open, with_state};
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, PointerInfo};
+use crate::gpu;
+use crate::registry;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-/// `HIPFILE_RDMA_REGISTER`: also register the buffer with the RDMA transport.
-pub const RDMA_REGISTER: i32 = 1;
-/// `HIPFILE_RDMA_RELAXED_ORDERING`.
-pub const RDMA_RELAXED_ORDERING: i32 = 1 << 1;
+pub use crate::registry::{RegisteredBuffer, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
+
 const VALID_FLAGS: i32 = RDMA_REGISTER | RDMA_RELAXED_ORDERING;
-
-/// A registration held by the driver.
-#[derive(Debug)]
-pub struct RegisteredBuffer {
-    pub base: usize,
-    pub len: usize,
-    pub flags: i32,
-    pub info: PointerInfo,
-    /// The RDMA descriptor string, set by the transport when the buffer is
-    /// registered with one (UserspaceFs path).
-    pub rdma_desc: OnceLock<String>,
-    /// Keeps transport registrations alive as long as the buffer is registered.
-    pub rdma_keepalive: std::sync::Mutex<Vec<Box<dyn std::any::Any + Send + Sync>>>,
-}
-
-impl RegisteredBuffer {
-    /// Whether `[ptr, ptr+len)` lies inside this registration.
-    pub fn contains(&self, ptr: usize, len: usize) -> bool {
-        ptr >= self.base && ptr.saturating_add(len) <= self.base + self.len
-    }
-}
 
 /// Registers `[base, base+len)` with the driver (opening it implicitly).
 pub fn buf_register(base: usize, len: usize, flags: i32) -> Result<Arc<RegisteredBuffer>> {
@@ -49,72 +26,52 @@ pub fn buf_register(base: usize, len: usize, flags: i32) -> Result<Arc<Registere
         ));
     }
     let info = gpu::validate_range(base, len)?;
-    let end = base + len;
-    let reg = with_state(|s| {
-        ensure_open(s);
-        if s.buffers.contains_key(&base) {
-            return Err(Error::new(
-                OpError::MemoryAlreadyRegistered,
-                format!("{base:#x} is already registered"),
-            ));
-        }
-        // Overlap with the registration just below or just above.
-        let below = s.buffers.range(..base).next_back();
-        let above = s.buffers.range(base..end).next();
-        if below.is_some_and(|(_, b)| b.base + b.len > base) || above.is_some() {
-            return Err(Error::new(
-                OpError::MemoryAlreadyRegistered,
-                format!("[{base:#x}, {end:#x}) overlaps a registered buffer"),
-            ));
-        }
-        let reg = Arc::new(RegisteredBuffer {
-            base,
-            len,
-            flags,
-            info,
-            rdma_desc: OnceLock::new(),
-            rdma_keepalive: std::sync::Mutex::new(Vec::new()),
-        });
-        s.buffers.insert(base, Arc::clone(&reg));
-        Ok(reg)
-    })?;
+    let reg = registry::insert_buffer(base, len, flags, info)?;
     if reg.info.kind == gpu::MemoryKind::Device {
         // Set up the pinned bounce lanes now so the first read does not pay
         // for them; failing here only means the first read sets them up.
-        if let Err(e) = crate::io::staged::prepare(reg.info.device) {
-            log::info!("bounce lanes for device {}: {e}", reg.info.device);
+        if let Some(config) = registry::active_config() {
+            if let Err(e) = crate::io::staged::prepare(reg.info.device, &config) {
+                log::info!("bounce lanes for device {}: {e}", reg.info.device);
+            }
         }
     }
     if flags & RDMA_REGISTER != 0 {
-        crate::rdma_hooks::on_rdma_register(&reg);
+        crate::remote::client::on_rdma_register(&reg);
     }
     Ok(reg)
 }
 
 /// Deregisters the buffer registered at `base`.
 pub fn buf_deregister(base: usize) -> Result<()> {
-    with_state(|s| {
-        if s.use_count == 0 {
-            return Err(Error::new(
-                OpError::DriverClosing,
-                "the driver is not open; no buffer is registered",
-            ));
-        }
-        if base == 0 {
-            return Err(Error::new(OpError::InvalidValue, "buffer pointer is null"));
-        }
-        s.buffers.remove(&base).map(|_| ()).ok_or_else(|| {
-            Error::new(
-                OpError::MemoryNotRegistered,
-                format!("{base:#x} is not a registered buffer"),
-            )
-        })
-    })
+    registry::remove_buffer(base)
 }
 
 /// The registration whose base is `base`, if any.
 pub fn lookup(base: usize) -> Option<Arc<RegisteredBuffer>> {
-    with_state(|s| s.buffers.get(&base).cloned())
+    registry::buffer_at(base)
+}
+
+/// Where an I/O's bytes are: `len` bytes starting `offset` bytes into the
+/// buffer whose first byte is `base` (so that the buffer's registration,
+/// keyed by `base`, applies to a view of part of it).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct MemSpan {
+    pub base: usize,
+    pub offset: usize,
+    pub len: usize,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Memory a [`FileHandle`](crate::FileHandle) can read into or write from:
+/// a [`Buffer`] or a [`BufferView`] of one.
+pub trait IoMemory: sealed::Sealed {
+    #[doc(hidden)]
+    fn io_memory(&self) -> MemSpan;
 }
 
 /// A buffer the caller owns; registering it tells the driver about it.
@@ -212,6 +169,124 @@ impl<'a> Buffer<'a> {
                 Ok(())
             }
             other => other,
+        }
+    }
+}
+
+impl<'a> Buffer<'a> {
+    /// All of the buffer as one view.
+    pub fn view_mut(&mut self) -> BufferView<'_> {
+        BufferView {
+            base: self.ptr,
+            offset: 0,
+            len: self.len,
+            _memory: PhantomData,
+        }
+    }
+
+    /// Two disjoint views, `[0, mid)` and `[mid, len)`, that can be read into
+    /// from two threads at once; both keep the buffer's registration.
+    /// `mid` past the end is an error.
+    pub fn split_at_mut(&mut self, mid: usize) -> Result<(BufferView<'_>, BufferView<'_>)> {
+        self.view_mut().split_at_mut(mid)
+    }
+
+    /// Disjoint views of `chunk` bytes each (the last may be shorter), in
+    /// order: one per worker of a parallel load. A zero `chunk` is an error.
+    pub fn chunks_mut(&mut self, chunk: usize) -> Result<Vec<BufferView<'_>>> {
+        if chunk == 0 {
+            return Err(Error::new(OpError::InvalidValue, "chunk size is zero"));
+        }
+        let mut views = Vec::with_capacity(self.len.div_ceil(chunk));
+        let mut rest = self.view_mut();
+        while rest.len > chunk {
+            let (head, tail) = rest.split_at_mut(chunk)?;
+            views.push(head);
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            views.push(rest);
+        }
+        Ok(views)
+    }
+}
+
+impl sealed::Sealed for Buffer<'_> {}
+
+impl IoMemory for Buffer<'_> {
+    fn io_memory(&self) -> MemSpan {
+        MemSpan {
+            base: self.ptr,
+            offset: 0,
+            len: self.len,
+        }
+    }
+}
+
+/// An exclusive view of part of a [`Buffer`]: I/O into it uses the
+/// buffer's registration, and views from [`Buffer::split_at_mut`] never
+/// overlap, so each can go to its own thread.
+#[derive(Debug)]
+pub struct BufferView<'b> {
+    base: usize,
+    offset: usize,
+    len: usize,
+    _memory: PhantomData<&'b mut [u8]>,
+}
+
+impl<'b> BufferView<'b> {
+    /// Splits this view at `mid` into `[0, mid)` and `[mid, len)`.
+    pub fn split_at_mut(self, mid: usize) -> Result<(BufferView<'b>, BufferView<'b>)> {
+        if mid > self.len {
+            return Err(Error::new(
+                OpError::InvalidValue,
+                format!("split at {mid} is past the {}-byte view", self.len),
+            ));
+        }
+        let lo = BufferView {
+            base: self.base,
+            offset: self.offset,
+            len: mid,
+            _memory: PhantomData,
+        };
+        let hi = BufferView {
+            base: self.base,
+            offset: self.offset + mid,
+            len: self.len - mid,
+            _memory: PhantomData,
+        };
+        Ok((lo, hi))
+    }
+
+    /// The first byte of the view.
+    pub fn ptr(&self) -> *mut u8 {
+        (self.base + self.offset) as *mut u8
+    }
+
+    /// Where the view starts in its buffer.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The view's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl sealed::Sealed for BufferView<'_> {}
+
+impl IoMemory for BufferView<'_> {
+    fn io_memory(&self) -> MemSpan {
+        MemSpan {
+            base: self.base,
+            offset: self.offset,
+            len: self.len,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! File handles: the core registration of an fd (shared by the Rust, C and
 //! Python faces) and the Rust [`FileHandle`] object on top.
 
-use crate::driver::{ensure_open, with_state};
+use crate::buffer::IoMemory;
 use crate::error::{Error, OpError, Result};
-use crate::io::posix::PosixFile;
+use crate::io::{self, posix::PosixFile, Dir, FileBackend, Span};
+use crate::registry;
 use crate::userspace::UserspaceFs;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -11,59 +12,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// `hipFileFileHandleType_t`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum FileHandleType {
-    /// A POSIX file descriptor.
-    OpaqueFd = 1,
-    /// A Windows handle (not implemented on Linux).
-    OpaqueWin32 = 2,
-    /// A file of a userspace filesystem (hipfs mount or `hipFileFSOps_t`).
-    UserspaceFs = 3,
-}
-
-impl FileHandleType {
-    /// The type for a C value.
-    pub fn from_raw(v: i32) -> Option<FileHandleType> {
-        match v {
-            1 => Some(FileHandleType::OpaqueFd),
-            2 => Some(FileHandleType::OpaqueWin32),
-            3 => Some(FileHandleType::UserspaceFs),
-            _ => None,
-        }
-    }
-}
-
-/// How a registered file moves its bytes.
-pub enum FileBackend {
-    /// A local file: O_DIRECT and buffered fds.
-    Posix(PosixFile),
-    /// A userspace filesystem's file.
-    Userspace(Arc<dyn UserspaceFs>),
-}
-
-/// A file registered with the driver.
-pub struct RegisteredFile {
-    pub id: u64,
-    pub user_fd: RawFd,
-    pub kind: FileHandleType,
-    pub backend: FileBackend,
-}
-
-impl std::fmt::Debug for RegisteredFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredFile")
-            .field("id", &self.id)
-            .field("user_fd", &self.user_fd)
-            .field("kind", &self.kind)
-            .finish()
-    }
-}
+pub use crate::registry::{FileHandleType, RegisteredFile};
 
 /// Registers `fd` (opening the driver implicitly). For `UserspaceFs`,
-/// `fs` is the filesystem (C callbacks); `None` asks the known resolvers
-/// (the hipfs mount client).
+/// `fs` is the filesystem (C callbacks); `None` binds files of a hipfs
+/// mount to the remote client.
 pub fn handle_register(
     fd: RawFd,
     kind: FileHandleType,
@@ -75,8 +28,7 @@ pub fn handle_register(
             format!("file descriptor {fd} is negative"),
         ));
     }
-    let exists = with_state(|s| s.fds.contains_key(&fd));
-    if exists {
+    if registry::fd_registered(fd) {
         return Err(Error::new(
             OpError::HandleAlreadyRegistered,
             format!("fd {fd} is already registered"),
@@ -90,64 +42,81 @@ pub fn handle_register(
             ))
         }
         FileHandleType::OpaqueFd => {
-            let config = crate::driver::current_config();
+            let config = registry::current_config();
             FileBackend::Posix(PosixFile::open(fd, &config)?)
         }
         FileHandleType::UserspaceFs => match fs {
             Some(fs) => FileBackend::Userspace(fs),
-            None => FileBackend::Userspace(crate::userspace::resolve_fd(fd)?),
+            None => FileBackend::Userspace(resolve_userspace(fd)?),
         },
     };
-    with_state(|s| {
-        ensure_open(s);
-        if s.fds.contains_key(&fd) {
-            return Err(Error::new(
-                OpError::HandleAlreadyRegistered,
-                format!("fd {fd} is already registered"),
-            ));
-        }
-        let id = s.next_id;
-        s.next_id += 1;
-        s.fds.insert(fd, id);
-        s.handles.insert(
-            id,
-            Arc::new(RegisteredFile {
-                id,
-                user_fd: fd,
-                kind,
-                backend,
-            }),
-        );
-        Ok(id)
+    registry::insert_file(fd, kind, backend)
+}
+
+/// The userspace filesystem serving `fd`: hipfs mounts are always known
+/// (every face, Rust, C and Python, gets them); any other file needs
+/// `fs_ops` callbacks through the C API.
+fn resolve_userspace(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
+    crate::remote::client::direct::resolve(fd).unwrap_or_else(|| {
+        Err(Error::new(
+            OpError::IoNotSupported,
+            "UserspaceFs needs a file on a hipfs mount (or fs_ops callbacks through the C API); this file is on no userspace filesystem hipfs knows",
+        ))
     })
 }
 
 /// Deregisters a handle; unknown handles are ignored (as upstream's void API).
 pub fn handle_deregister(id: u64) -> bool {
-    let removed = with_state(|s| {
-        let h = s.handles.remove(&id)?;
-        s.fds.remove(&h.user_fd);
-        Some(h)
-    });
-    removed.is_some()
+    registry::remove_file(id).is_some()
 }
 
 /// The registered file for a handle id.
 pub fn lookup(id: u64) -> Result<Arc<RegisteredFile>> {
-    with_state(|s| {
-        if s.use_count == 0 {
-            return Err(Error::new(
-                OpError::DriverNotInitialized,
-                "the driver is not open",
-            ));
-        }
-        s.handles.get(&id).cloned().ok_or_else(|| {
-            Error::new(
-                OpError::HandleNotRegistered,
-                format!("handle {id} is not registered"),
-            )
-        })
-    })
+    registry::file(id)
+}
+
+/// Reads `size` bytes at `file_offset` into `base + buffer_offset` with the
+/// active configuration and whatever registration starts at `base`; the
+/// raw-pointer form the C and Python faces and the batch and stream
+/// engines share. Returns bytes read (short only at end of file).
+pub fn read(
+    file: &RegisteredFile,
+    base: usize,
+    size: usize,
+    file_offset: i64,
+    buffer_offset: i64,
+) -> Result<usize> {
+    transfer_raw(Dir::Read, file, base, size, file_offset, buffer_offset)
+}
+
+/// Writes `size` bytes from `base + buffer_offset` at `file_offset`: see [`read`].
+pub fn write(
+    file: &RegisteredFile,
+    base: usize,
+    size: usize,
+    file_offset: i64,
+    buffer_offset: i64,
+) -> Result<usize> {
+    transfer_raw(Dir::Write, file, base, size, file_offset, buffer_offset)
+}
+
+fn transfer_raw(
+    dir: Dir,
+    file: &RegisteredFile,
+    base: usize,
+    size: usize,
+    file_offset: i64,
+    buffer_offset: i64,
+) -> Result<usize> {
+    // One lock for both: this runs on every I/O.
+    let (config, target) = registry::io_context(base)?;
+    let span = Span {
+        base,
+        size,
+        file_offset,
+        buffer_offset,
+    };
+    io::transfer(dir, &file.backend, &target, span, &config)
 }
 
 /// A file opened by path and registered with the driver: the Rust face of
@@ -158,8 +127,8 @@ pub fn lookup(id: u64) -> Result<Arc<RegisteredFile>> {
 /// let mut fh = FileHandle::new("/data/x", libc::O_RDONLY, 0o644, FileHandleType::OpaqueFd);
 /// fh.open().unwrap();
 /// let mut mem = vec![0u8; 1 << 20];
-/// let buf = Buffer::from_slice(&mut mem, 0);
-/// let n = fh.read(&buf, 1 << 20, 0, 0).unwrap();
+/// let mut buf = Buffer::from_slice(&mut mem, 0);
+/// let n = fh.read(&mut buf, 1 << 20, 0, 0).unwrap();
 /// # let _ = n;
 /// ```
 #[derive(Debug)]
@@ -240,44 +209,80 @@ impl FileHandle {
 
     /// Reads `size` bytes at `file_offset` into `buffer` at `buffer_offset`;
     /// returns the bytes read (short only at end of file).
-    pub fn read(
+    ///
+    /// `buffer` is a [`Buffer`](crate::Buffer) or a [`BufferView`](crate::BufferView)
+    /// of one, borrowed mutably: the read writes its bytes, so no other
+    /// access may share them meanwhile. Disjoint views of one registered
+    /// buffer (from [`Buffer::split_at_mut`](crate::Buffer::split_at_mut))
+    /// can be read into from several threads at once, each still using the
+    /// buffer's registration.
+    ///
+    /// Sharing one buffer between two reads at once does not compile:
+    ///
+    /// ```compile_fail
+    /// use hipfs::{Buffer, FileHandle, FileHandleType};
+    /// let fh = FileHandle::new("/data/x", libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
+    /// let mut mem = vec![0u8; 8192];
+    /// let mut buf = Buffer::from_slice(&mut mem, 0);
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| fh.read(&mut buf, 4096, 0, 0));
+    ///     s.spawn(|| fh.read(&mut buf, 4096, 0, 0));
+    /// });
+    /// ```
+    ///
+    /// Disjoint halves of it do:
+    ///
+    /// ```no_run
+    /// use hipfs::{Buffer, FileHandle, FileHandleType};
+    /// let fh = FileHandle::new("/data/x", libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
+    /// let mut mem = vec![0u8; 8192];
+    /// let mut buf = Buffer::from_slice(&mut mem, 0);
+    /// let (mut lo, mut hi) = buf.split_at_mut(4096)?;
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| fh.read(&mut lo, 4096, 0, 0));
+    ///     s.spawn(|| fh.read(&mut hi, 4096, 4096, 0));
+    /// });
+    /// # Ok::<(), hipfs::Error>(())
+    /// ```
+    pub fn read<M: IoMemory + ?Sized>(
         &self,
-        buffer: &crate::Buffer<'_>,
+        buffer: &mut M,
         size: usize,
         file_offset: i64,
         buffer_offset: i64,
     ) -> Result<usize> {
-        self.transfer(crate::io::read, buffer, size, file_offset, buffer_offset)
+        self.transfer(Dir::Read, &*buffer, size, file_offset, buffer_offset)
     }
 
     /// Writes `size` bytes from `buffer` at `buffer_offset` to `file_offset`.
-    pub fn write(
+    pub fn write<M: IoMemory + ?Sized>(
         &self,
-        buffer: &crate::Buffer<'_>,
+        buffer: &M,
         size: usize,
         file_offset: i64,
         buffer_offset: i64,
     ) -> Result<usize> {
-        self.transfer(crate::io::write, buffer, size, file_offset, buffer_offset)
+        self.transfer(Dir::Write, buffer, size, file_offset, buffer_offset)
     }
 
-    fn transfer(
+    fn transfer<M: IoMemory + ?Sized>(
         &self,
-        op: fn(&RegisteredFile, usize, usize, i64, i64) -> Result<usize>,
-        buffer: &crate::Buffer<'_>,
+        dir: Dir,
+        buffer: &M,
         size: usize,
         file_offset: i64,
         buffer_offset: i64,
     ) -> Result<usize> {
         let file = self.registered()?;
-        check_buffer_range(buffer, size, buffer_offset)?;
-        op(
-            &file,
-            buffer.ptr() as usize,
-            size,
-            file_offset,
-            buffer_offset,
-        )
+        let mem = buffer.io_memory();
+        check_buffer_range(mem.len, size, buffer_offset)?;
+        // A view's bytes start `mem.offset` into the buffer it came from:
+        // the I/O names the buffer's base so its registration applies.
+        let offset = i64::try_from(mem.offset)
+            .ok()
+            .and_then(|o| o.checked_add(buffer_offset))
+            .ok_or_else(|| Error::new(OpError::InvalidValue, "buffer offset overflows"))?;
+        transfer_raw(dir, &file, mem.base, size, file_offset, offset)
     }
 
     /// The path given at construction.
@@ -334,16 +339,13 @@ impl FileHandle {
     }
 }
 
-fn check_buffer_range(buffer: &crate::Buffer<'_>, size: usize, buffer_offset: i64) -> Result<()> {
+fn check_buffer_range(len: usize, size: usize, buffer_offset: i64) -> Result<()> {
     let off = usize::try_from(buffer_offset)
         .map_err(|_| Error::new(OpError::InvalidValue, "buffer offset is negative"))?;
-    if off.checked_add(size).is_none_or(|end| end > buffer.len()) {
+    if off.checked_add(size).is_none_or(|end| end > len) {
         return Err(Error::new(
             OpError::InvalidValue,
-            format!(
-                "{size} bytes at buffer offset {off} pass the end of the {}-byte buffer",
-                buffer.len()
-            ),
+            format!("{size} bytes at buffer offset {off} pass the end of the {len}-byte buffer"),
         ));
     }
     Ok(())
@@ -352,5 +354,50 @@ fn check_buffer_range(buffer: &crate::Buffer<'_>, size: usize, buffer_offset: i6
 impl Drop for FileHandle {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Buffer, Driver};
+
+    #[test]
+    fn two_threads_read_disjoint_halves_of_one_registered_buffer_at_once() {
+        let _d = Driver::open().unwrap();
+        let half = 1 << 20;
+        let data: Vec<u8> = (0..2 * half).map(|i| (i * 7 + i / 4093) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("halves");
+        std::fs::write(&path, &data).unwrap();
+        let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
+        fh.open().unwrap();
+        let mut mem = vec![0u8; 2 * half];
+        let base = mem.as_mut_ptr() as usize;
+        let mut buf = Buffer::from_slice(&mut mem, 0);
+        buf.register().unwrap();
+        {
+            let (mut lo, mut hi) = buf.split_at_mut(half).unwrap();
+            assert_eq!((lo.offset(), hi.offset(), hi.len()), (0, half, half));
+            std::thread::scope(|s| {
+                let fh = &fh;
+                let a = s.spawn(move || fh.read(&mut lo, half, 0, 0));
+                let b = s.spawn(move || fh.read(&mut hi, half, half as i64, 0));
+                assert_eq!(a.join().unwrap().unwrap(), half);
+                assert_eq!(b.join().unwrap().unwrap(), half);
+            });
+        }
+        // Both views went through the buffer's own registration.
+        assert!(crate::buffer::lookup(base).is_some());
+        let (mut lo, _) = buf.split_at_mut(half).unwrap();
+        assert_eq!(
+            fh.read(&mut lo, half + 1, 0, 0).unwrap_err().op(),
+            OpError::InvalidValue,
+            "a view must not read past its own end"
+        );
+        assert!(buf.split_at_mut(2 * half + 1).is_err());
+        buf.deregister().unwrap();
+        drop(buf);
+        assert!(mem == data);
     }
 }

@@ -1,5 +1,6 @@
-//! hipfs: the hipFile GPU-direct storage API in Rust, its C ABI, and the
-//! hipfs remote dataset filesystem.
+//! hipfs: the hipFile GPU-direct storage API in Rust and the hipfs remote
+//! dataset filesystem (the C ABI, `libhipfile.so`, is the `hipfile-capi`
+//! crate over this one).
 //!
 //! ```no_run
 //! use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
@@ -7,16 +8,15 @@
 //! let mut fh = FileHandle::new("/data/shard-0", libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
 //! fh.open()?;
 //! let mut mem = vec![0u8; 64 << 20];
-//! let buf = Buffer::from_slice(&mut mem, 0);
+//! let mut buf = Buffer::from_slice(&mut mem, 0);
 //! buf.register()?;
-//! let n = fh.read(&buf, 64 << 20, 0, 0)?;
+//! let n = fh.read(&mut buf, 64 << 20, 0, 0)?;
 //! println!("read {n} bytes");
 //! # Ok::<(), hipfs::Error>(())
 //! ```
 
 pub mod batch;
 pub mod buffer;
-pub mod capi;
 pub mod config;
 pub mod driver;
 pub mod error;
@@ -24,7 +24,7 @@ pub mod gpu;
 mod gpu_buffer;
 pub mod handle;
 pub mod io;
-pub mod rdma_hooks;
+pub mod registry;
 pub mod remote;
 pub mod stats;
 pub mod stream;
@@ -32,7 +32,7 @@ pub mod units;
 pub mod userspace;
 
 pub use batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
-pub use buffer::{Buffer, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
+pub use buffer::{Buffer, BufferView, IoMemory, RDMA_REGISTER, RDMA_RELAXED_ORDERING};
 pub use config::{BoolParam, DriverProperties, SizeTParam, StringParam};
 pub use driver::{
     driver_close, driver_get_properties, driver_open, driver_set_max_cache_size,

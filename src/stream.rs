@@ -232,8 +232,8 @@ impl<S: ArgSlots> StreamOp<S> {
             }
         }
         match self.dir {
-            Dir::Read => crate::io::read(&self.file, self.base, size, foff, boff),
-            Dir::Write => crate::io::write(&self.file, self.base, size, foff, boff),
+            Dir::Read => crate::handle::read(&self.file, self.base, size, foff, boff),
+            Dir::Write => crate::handle::write(&self.file, self.base, size, foff, boff),
         }
     }
 

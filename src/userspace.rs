@@ -62,35 +62,6 @@ pub trait UserspaceFs: Send + Sync {
     }
 }
 
-type Resolver = fn(std::os::fd::RawFd) -> Option<Result<std::sync::Arc<dyn UserspaceFs>>>;
-
-static RESOLVERS: std::sync::Mutex<Vec<Resolver>> = std::sync::Mutex::new(Vec::new());
-
-/// Adds a resolver that recognises fds of a userspace filesystem (the hipfs
-/// remote client registers one) and binds them to an implementation.
-pub fn add_resolver(r: Resolver) {
-    let mut v = RESOLVERS.lock().unwrap_or_else(|p| p.into_inner());
-    if !v.iter().any(|x| std::ptr::fn_addr_eq(*x, r)) {
-        v.push(r);
-    }
-}
-
-/// Finds the userspace filesystem serving `fd`, or says why there is none.
-pub fn resolve_fd(fd: std::os::fd::RawFd) -> Result<std::sync::Arc<dyn UserspaceFs>> {
-    // hipfs mounts are always known: every face (Rust, C, Python) gets them.
-    crate::remote::install_userspace_resolver();
-    let resolvers: Vec<Resolver> = RESOLVERS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    for r in resolvers {
-        if let Some(fs) = r(fd) {
-            return fs;
-        }
-    }
-    Err(crate::Error::new(
-        crate::OpError::IoNotSupported,
-        "UserspaceFs needs a file on a hipfs mount (or fs_ops callbacks through the C API); this file is on no userspace filesystem hipfs knows",
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::errno_of_negative_return;

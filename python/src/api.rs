@@ -3,7 +3,7 @@
 
 use crate::errors::{core_error, hipfile_exception};
 use hipfs::handle::{self, FileHandleType};
-use hipfs::{buffer, io, OpError};
+use hipfs::{buffer, OpError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -98,7 +98,7 @@ pub fn read(
 ) -> PyResult<usize> {
     detached(py, move || {
         let file = handle::lookup(handle)?;
-        io::read(&file, ptr, size, file_offset, buffer_offset)
+        handle::read(&file, ptr, size, file_offset, buffer_offset)
     })
 }
 
@@ -114,7 +114,7 @@ pub fn write(
 ) -> PyResult<usize> {
     detached(py, move || {
         let file = handle::lookup(handle)?;
-        io::write(&file, ptr, size, file_offset, buffer_offset)
+        handle::write(&file, ptr, size, file_offset, buffer_offset)
     })
 }
 

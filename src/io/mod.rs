@@ -1,5 +1,10 @@
 //! The I/O engine: validates a request, picks the path for its destination
 //! and splits large requests across the worker pool.
+//!
+//! The engine is pure over its arguments: it is handed the file's backend,
+//! what is known about the memory ([`MemTarget`]) and the configuration,
+//! and never reaches back into the driver's registry, so it can be used and
+//! tested without an open driver.
 
 pub mod bounce_pool;
 mod host_path;
@@ -7,13 +12,50 @@ pub mod posix;
 pub mod staged;
 pub mod workers;
 
-use crate::buffer;
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, MemoryKind};
-use crate::handle::{FileBackend, RegisteredFile};
 use crate::stats::{self, IoPath};
-use crate::userspace::UserspaceBuf;
+use crate::userspace::{UserspaceBuf, UserspaceFs};
+use posix::PosixFile;
+use std::sync::Arc;
+
+/// How a registered file moves its bytes.
+pub enum FileBackend {
+    /// A local file: O_DIRECT and buffered fds.
+    Posix(PosixFile),
+    /// A userspace filesystem's file.
+    Userspace(Arc<dyn UserspaceFs>),
+}
+
+/// What the engine knows about the memory of one I/O: taken from the
+/// buffer's registration when there is one.
+#[derive(Debug, Clone, Default)]
+pub struct MemTarget {
+    /// The memory's kind; `None`: classify the address at I/O time.
+    pub kind: Option<MemoryKind>,
+    /// The registered length from the buffer's base (bounds the request).
+    pub registered_len: Option<usize>,
+    /// The RDMA descriptor of the registration, when a transport gave it one.
+    pub rdma_desc: Option<String>,
+}
+
+impl MemTarget {
+    /// Memory that is not registered with the driver.
+    pub fn unregistered() -> MemTarget {
+        MemTarget::default()
+    }
+}
+
+/// One I/O as the API gives it: `size` bytes at `file_offset`, to or from
+/// `base + buffer_offset`.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub base: usize,
+    pub size: usize,
+    pub file_offset: i64,
+    pub buffer_offset: i64,
+}
 
 /// Direction of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +79,7 @@ fn validate(
     size: usize,
     file_offset: i64,
     buffer_offset: i64,
-    reg: Option<&buffer::RegisteredBuffer>,
+    registered_len: Option<usize>,
 ) -> Result<(usize, u64)> {
     if base == 0 {
         return Err(Error::new(OpError::InvalidValue, "buffer pointer is null"));
@@ -53,13 +95,12 @@ fn validate(
         .checked_add(boff)
         .filter(|m| m.checked_add(size).is_some())
         .ok_or_else(|| Error::new(OpError::InvalidValue, "buffer offset + size overflows"))?;
-    if let Some(r) = reg {
-        if boff.checked_add(size).is_none_or(|end| end > r.len) {
+    if let Some(len) = registered_len {
+        if boff.checked_add(size).is_none_or(|end| end > len) {
             return Err(Error::new(
                 OpError::InvalidValue,
                 format!(
-                    "{size} bytes at buffer offset {boff} pass the end of the {}-byte registered buffer",
-                    r.len
+                    "{size} bytes at buffer offset {boff} pass the end of the {len}-byte registered buffer"
                 ),
             ));
         }
@@ -67,77 +108,75 @@ fn validate(
     Ok((mem, foff))
 }
 
-/// Reads into `base + buffer_offset`; returns bytes read (short only at EOF).
+/// Reads into `span.base + span.buffer_offset`; returns bytes read (short only at EOF).
 pub fn read(
-    file: &RegisteredFile,
-    base: usize,
-    size: usize,
-    file_offset: i64,
-    buffer_offset: i64,
+    backend: &FileBackend,
+    target: &MemTarget,
+    span: Span,
+    config: &Config,
 ) -> Result<usize> {
-    transfer(Dir::Read, file, base, size, file_offset, buffer_offset)
+    transfer(Dir::Read, backend, target, span, config)
 }
 
-/// Writes from `base + buffer_offset`; returns bytes written.
+/// Writes from `span.base + span.buffer_offset`; returns bytes written.
 pub fn write(
-    file: &RegisteredFile,
-    base: usize,
-    size: usize,
-    file_offset: i64,
-    buffer_offset: i64,
+    backend: &FileBackend,
+    target: &MemTarget,
+    span: Span,
+    config: &Config,
 ) -> Result<usize> {
-    transfer(Dir::Write, file, base, size, file_offset, buffer_offset)
+    transfer(Dir::Write, backend, target, span, config)
 }
 
-fn transfer(
+/// Moves one request in `dir`.
+pub fn transfer(
     dir: Dir,
-    file: &RegisteredFile,
-    base: usize,
-    size: usize,
-    file_offset: i64,
-    buffer_offset: i64,
+    backend: &FileBackend,
+    target: &MemTarget,
+    span: Span,
+    config: &Config,
 ) -> Result<usize> {
-    // One lock for both: this runs on every I/O.
-    let (config, reg) = crate::driver::io_context(base)
-        .ok_or_else(|| Error::new(OpError::DriverNotInitialized, "the driver is not open"))?;
-    let (mem, foff) = validate(base, size, file_offset, buffer_offset, reg.as_deref())?;
-    if size == 0 {
+    let (mem, foff) = validate(
+        span.base,
+        span.size,
+        span.file_offset,
+        span.buffer_offset,
+        target.registered_len,
+    )?;
+    if span.size == 0 {
         return Ok(0);
     }
     let req = Request {
         dir,
         mem,
-        size,
+        size: span.size,
         file_offset: foff,
     };
-    let kind = match &reg {
-        Some(r) => r.info.kind,
-        None => gpu::classify(mem).kind,
-    };
-    match &file.backend {
+    let kind = target.kind.unwrap_or_else(|| gpu::classify(mem).kind);
+    match backend {
         FileBackend::Posix(pf) => match kind {
             MemoryKind::Host | MemoryKind::PinnedHost | MemoryKind::Managed => {
-                host_path::transfer(pf, &req, &config)
+                host_path::transfer(pf, &req, config)
             }
-            MemoryKind::Device => staged::transfer(pf, &req, &config),
+            MemoryKind::Device => staged::transfer(pf, &req, config),
         },
         FileBackend::Userspace(fs) => {
-            userspace_transfer(fs.as_ref(), &req, reg.as_deref(), kind, &config)
+            userspace_transfer(fs.as_ref(), &req, target.rdma_desc.as_deref(), kind, config)
         }
     }
 }
 
 fn userspace_transfer(
-    fs: &dyn crate::userspace::UserspaceFs,
+    fs: &dyn UserspaceFs,
     req: &Request,
-    reg: Option<&buffer::RegisteredBuffer>,
+    rdma_desc: Option<&str>,
     kind: MemoryKind,
     config: &Config,
 ) -> Result<usize> {
     let host_ok = kind != MemoryKind::Device;
-    let buf = match reg.and_then(|r| r.rdma_desc.get().map(|d| (r, d))) {
-        Some((_, desc)) => UserspaceBuf::Rdma {
-            desc: desc.clone(),
+    let buf = match rdma_desc {
+        Some(desc) => UserspaceBuf::Rdma {
+            desc: desc.to_string(),
             addr: req.mem as u64,
             len: req.size,
             host_ptr: host_ok.then_some(req.mem as *mut u8),
@@ -273,4 +312,42 @@ pub(crate) fn run_chunks(
         workers::run_parallel(threads.min(n), &work)?;
     }
     contiguous_prefix(&chunks, results)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_reads_a_file_with_a_config_value_and_no_driver() {
+        // No Driver is opened and no registry is consulted: the engine is
+        // given the backend, the memory and the configuration.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine");
+        std::fs::write(&path, &data).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let config = Config::default();
+        let backend = FileBackend::Posix(
+            PosixFile::open(std::os::fd::AsRawFd::as_raw_fd(&file), &config).unwrap(),
+        );
+        let mut mem = vec![0u8; 300_000];
+        let span = Span {
+            base: mem.as_mut_ptr() as usize,
+            size: 299_990,
+            file_offset: 10,
+            buffer_offset: 10,
+        };
+        let n = read(&backend, &MemTarget::unregistered(), span, &config).unwrap();
+        assert_eq!(n, 299_990);
+        assert!(mem[10..] == data[10..]);
+        let short = MemTarget {
+            registered_len: Some(100),
+            ..MemTarget::unregistered()
+        };
+        assert_eq!(
+            read(&backend, &short, span, &config).unwrap_err().op(),
+            OpError::InvalidValue
+        );
+    }
 }

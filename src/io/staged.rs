@@ -160,17 +160,14 @@ fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan
 
 /// Makes the bounce lanes that reads into a buffer on `device` will use,
 /// so the first read does not pay for pinning memory and making streams.
-/// Meant for `Buffer::register` of device memory; a no-op without a GPU or
-/// with the driver closed.
-pub fn prepare(device: i32) -> Result<()> {
+/// Meant for `Buffer::register` of device memory, with the active
+/// configuration; a no-op without a GPU.
+pub fn prepare(device: i32, config: &Config) -> Result<()> {
     let rt = gpu::runtime();
     if rt.device_count() == 0 {
         return Ok(());
     }
-    let Some(config) = crate::driver::active_config() else {
-        return Ok(());
-    };
-    let plan = Plan::new(&config, 4096);
+    let plan = Plan::new(config, 4096);
     drop(bounce_pool::acquire(rt, device.max(0), &plan)?);
     Ok(())
 }

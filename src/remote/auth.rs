@@ -12,8 +12,9 @@ use super::RemoteError;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// A shared secret read from a token file.
-#[derive(Clone)]
+/// A shared secret read from a token file. Equality compares the secrets
+/// (the client cache keys clients by the token they authenticate with).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Token(Vec<u8>);
 
 impl std::fmt::Debug for Token {

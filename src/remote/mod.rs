@@ -23,10 +23,3 @@ pub mod proto;
 pub mod server;
 
 pub use error::RemoteError;
-
-/// Lets `FileHandleType::UserspaceFs` handles on hipfs mounts reach their
-/// server directly (adds the resolver; idempotent). The core calls it on
-/// every UserspaceFs registration, so applications never need to.
-pub fn install_userspace_resolver() {
-    client::direct::install();
-}

@@ -143,34 +143,34 @@ fn buffer_offsets_out_of_range_are_invalid_values() {
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
     let mut mem = vec![0u8; 4096];
-    let buf = Buffer::from_slice(&mut mem, 0);
+    let mut buf = Buffer::from_slice(&mut mem, 0);
     assert_eq!(
-        fh.read(&buf, 4097, 0, 0).unwrap_err().op(),
+        fh.read(&mut buf, 4097, 0, 0).unwrap_err().op(),
         OpError::InvalidValue
     );
     assert_eq!(
-        fh.read(&buf, 10, 0, 4090).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, 4090).unwrap_err().op(),
         OpError::InvalidValue
     );
     assert_eq!(
-        fh.read(&buf, 10, 0, -1).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, -1).unwrap_err().op(),
         OpError::InvalidValue
     );
     assert_eq!(
-        fh.read(&buf, 10, -5, 0).unwrap_err().op(),
+        fh.read(&mut buf, 10, -5, 0).unwrap_err().op(),
         OpError::InvalidValue
     );
     // Registered buffers are checked in the core too (the C path has no Buffer length).
     buf.register().unwrap();
     let file = hipfs::handle::lookup(fh.handle().unwrap()).unwrap();
     assert_eq!(
-        hipfs::io::read(&file, buf.ptr() as usize, 100, 0, 4000)
+        hipfs::handle::read(&file, buf.ptr() as usize, 100, 0, 4000)
             .unwrap_err()
             .op(),
         OpError::InvalidValue
     );
     assert_eq!(
-        hipfs::io::read(&file, 0, 100, 0, 0).unwrap_err().op(),
+        hipfs::handle::read(&file, 0, 100, 0, 0).unwrap_err().op(),
         OpError::InvalidValue
     );
 }
@@ -185,10 +185,10 @@ fn reads_past_the_end_of_file_return_zero_and_straddling_reads_are_short() {
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
     let mut mem = vec![0u8; 8192];
-    let buf = Buffer::from_slice(&mut mem, 0);
-    assert_eq!(fh.read(&buf, 4096, 10_000, 0).unwrap(), 0);
-    assert_eq!(fh.read(&buf, 4096, 1 << 30, 0).unwrap(), 0);
-    assert_eq!(fh.read(&buf, 8192, 8192, 0).unwrap(), 10_000 - 8192);
+    let mut buf = Buffer::from_slice(&mut mem, 0);
+    assert_eq!(fh.read(&mut buf, 4096, 10_000, 0).unwrap(), 0);
+    assert_eq!(fh.read(&mut buf, 4096, 1 << 30, 0).unwrap(), 0);
+    assert_eq!(fh.read(&mut buf, 8192, 8192, 0).unwrap(), 10_000 - 8192);
 }
 
 #[test]
@@ -199,9 +199,9 @@ fn io_on_a_closed_handle_is_handle_not_registered_and_close_is_idempotent() {
     let path = write_file(dir.path(), "f", &pattern(3, 4096));
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     let mut mem = vec![0u8; 4096];
-    let buf = Buffer::from_slice(&mut mem, 0);
+    let mut buf = Buffer::from_slice(&mut mem, 0);
     assert_eq!(
-        fh.read(&buf, 10, 0, 0).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, 0).unwrap_err().op(),
         OpError::HandleNotRegistered
     );
     fh.open().unwrap();
@@ -214,7 +214,7 @@ fn io_on_a_closed_handle_is_handle_not_registered_and_close_is_idempotent() {
     fh.close();
     assert!(fh.handle().is_none());
     assert_eq!(
-        fh.read(&buf, 10, 0, 0).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, 0).unwrap_err().op(),
         OpError::HandleNotRegistered
     );
     assert_eq!(
@@ -305,7 +305,7 @@ fn wrong_open_flags_and_bad_fds_are_refused_with_the_right_code() {
     // Writing through a read-only fd is a system error with EBADF.
     let file = hipfs::handle::lookup(id).unwrap();
     let src = vec![1u8; 4096];
-    let e = hipfs::io::write(&file, src.as_ptr() as usize, 4096, 0, 0).unwrap_err();
+    let e = hipfs::handle::write(&file, src.as_ptr() as usize, 4096, 0, 0).unwrap_err();
     assert_eq!(e.errno(), Some(libc::EBADF), "{e}");
     assert!(hipfs::handle::handle_deregister(id));
 }
@@ -358,18 +358,18 @@ fn io_after_the_driver_closed_to_zero_fails_cleanly() {
         "registration opens the driver implicitly"
     );
     let mut mem = vec![0u8; 4096];
-    let buf = Buffer::from_slice(&mut mem, 0);
+    let mut buf = Buffer::from_slice(&mut mem, 0);
     buf.register().unwrap();
     hipfs::driver_close().unwrap();
     assert_eq!(
-        fh.read(&buf, 10, 0, 0).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, 0).unwrap_err().op(),
         OpError::DriverNotInitialized
     );
     // The buffer registration went with the driver: deregister is a no-op.
     buf.deregister().unwrap();
     let _d = Driver::open().unwrap();
     assert_eq!(
-        fh.read(&buf, 10, 0, 0).unwrap_err().op(),
+        fh.read(&mut buf, 10, 0, 0).unwrap_err().op(),
         OpError::HandleNotRegistered
     );
 }

@@ -27,10 +27,10 @@ fn many_threads_open_register_read_and_close_with_a_balanced_count() {
                         FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
                     fh.open().unwrap();
                     let mut mem = vec![0u8; 300_000];
-                    let buf = Buffer::from_slice(&mut mem, 0);
+                    let mut buf = Buffer::from_slice(&mut mem, 0);
                     buf.register().unwrap();
                     let off = (t * 7919 + i * 104_729) % (4 << 20);
-                    let n = fh.read(&buf, 300_000, off as i64, 0).unwrap();
+                    let n = fh.read(&mut buf, 300_000, off as i64, 0).unwrap();
                     buf.deregister().unwrap();
                     drop(buf);
                     let expect = (data.len() - off).min(300_000);
@@ -73,8 +73,8 @@ fn one_handle_serves_concurrent_readers_and_writers_on_disjoint_ranges() {
                 assert_eq!(fh.write(&buf, 1 << 20, off as i64, 0).unwrap(), 1 << 20);
                 drop(buf);
                 let mut back = vec![0u8; 1 << 20];
-                let rb = Buffer::from_slice(&mut back, 0);
-                assert_eq!(fh.read(&rb, 1 << 20, off as i64, 0).unwrap(), 1 << 20);
+                let mut rb = Buffer::from_slice(&mut back, 0);
+                assert_eq!(fh.read(&mut rb, 1 << 20, off as i64, 0).unwrap(), 1 << 20);
                 drop(rb);
                 assert!(back == src, "thread {t} reads back what it wrote");
             })

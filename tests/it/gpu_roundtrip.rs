@@ -41,7 +41,7 @@ fn round_trips(
     cases: usize,
 ) {
     let dev = Dev::new(rt, 16 << 20);
-    let buf = dev.buffer();
+    let mut buf = dev.buffer();
     if register {
         buf.register().unwrap();
     }
@@ -53,7 +53,7 @@ fn round_trips(
         let size = 1 + rng.pick(dev.len - boff - 1);
         let off = rng.pick(FILE_LEN - 1);
         rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
-        let got = fh.read(&buf, size, off as i64, boff as i64).unwrap();
+        let got = fh.read(&mut buf, size, off as i64, boff as i64).unwrap();
         let want = size.min(FILE_LEN - off);
         assert_eq!(
             got, want,
@@ -130,27 +130,25 @@ fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, FILE_LEN);
     rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
-    let buf = dev.buffer();
+    let mut buf = dev.buffer();
     buf.register().unwrap();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
     let parts = 12;
     let per = FILE_LEN / parts + 4097; // unaligned slices
     std::thread::scope(|s| {
-        for p in 0..parts {
-            let (fh, buf) = (&fh, &buf);
+        // One disjoint view per thread; the last covers the rest.
+        for (p, mut view) in buf.chunks_mut(per).unwrap().into_iter().enumerate() {
+            let fh = &fh;
             s.spawn(move || {
                 let off = p * per;
-                if off >= FILE_LEN {
-                    return;
-                }
-                let n = per.min(FILE_LEN - off);
+                let n = view.len();
                 // Several calls per thread, so requests interleave.
                 let mut done = 0;
                 while done < n {
                     let k = (n - done).min(1 << 20 | 333);
                     let at = (off + done) as i64;
-                    assert_eq!(fh.read(buf, k, at, at).unwrap(), k);
+                    assert_eq!(fh.read(&mut view, k, at, done as i64).unwrap(), k);
                     done += k;
                 }
             });
@@ -214,10 +212,10 @@ fn reads_past_the_end_of_file_stop_short_into_device_memory() {
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, 8 << 20);
     rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
-    let buf = dev.buffer();
+    let mut buf = dev.buffer();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
-    let got = fh.read(&buf, 8 << 20, 0, 0).unwrap();
+    let got = fh.read(&mut buf, 8 << 20, 0, 0).unwrap();
     assert_eq!(got, data.len());
     let back = dev.fetch();
     assert!(back[..data.len()] == data[..]);

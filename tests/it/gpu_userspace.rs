@@ -39,7 +39,7 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
     fs::write(fx.e("shard"), &data).unwrap();
     let fh = open_us(&fx.m("shard"), libc::O_RDONLY);
     let dev = Dev::filled(rt, 24 << 20, 0xa5);
-    let buf = dev.buffer();
+    let mut buf = dev.buffer();
     let mut x = 5u64;
     for round in 0..2 {
         if round == 1 {
@@ -54,7 +54,7 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
             let boff = (lcg(&mut x) as usize) % (dev.len - len + 1);
             let off = lcg(&mut x) % (size as u64 + 8192);
             rt.device_memset(dev.ptr, 0x5a, dev.len).unwrap();
-            let n = fh.read(&buf, len, off as i64, boff as i64).unwrap();
+            let n = fh.read(&mut buf, len, off as i64, boff as i64).unwrap();
             let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
             assert_eq!(n, want, "round {round}: read {len} at {off} into +{boff}");
             let got = dev.fetch_at(boff, n);
@@ -122,15 +122,15 @@ fn threads_read_disjoint_pieces_into_one_device_buffer() {
     fs::write(fx.e("big"), &data).unwrap();
     let fh = open_us(&fx.m("big"), libc::O_RDONLY);
     let dev = Dev::new(rt, size);
-    let buf = dev.buffer();
+    let mut buf = dev.buffer();
     buf.register().unwrap();
     let piece = size / 8;
     std::thread::scope(|s| {
-        for t in 0..8 {
-            let (fh, buf) = (&fh, &buf);
+        for (t, mut view) in buf.chunks_mut(piece).unwrap().into_iter().enumerate() {
+            let fh = &fh;
             s.spawn(move || {
                 let o = t * piece;
-                assert_eq!(fh.read(buf, piece, o as i64, o as i64).unwrap(), piece);
+                assert_eq!(fh.read(&mut view, piece, o as i64, 0).unwrap(), piece);
             });
         }
     });

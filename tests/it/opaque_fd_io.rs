@@ -24,8 +24,8 @@ fn read_case(
     fh.open().unwrap();
     let mut mem = TestMem::new(boff + size, misalign);
     mem.as_mut_slice().fill(0xEE);
-    let buf = Buffer::from_slice(mem.as_mut_slice(), 0);
-    let got = fh.read(&buf, size, off as i64, boff as i64).unwrap();
+    let mut buf = Buffer::from_slice(mem.as_mut_slice(), 0);
+    let got = fh.read(&mut buf, size, off as i64, boff as i64).unwrap();
     drop(buf);
     let expect = data.len().saturating_sub(off).min(size);
     assert_eq!(got, expect, "short only at end of file");

@@ -302,7 +302,7 @@ impl Bench<'_> {
         };
         let mut fh = FileHandle::new(&path, flags, 0o644, FileHandleType::OpaqueFd);
         fh.open()?;
-        let buf = Buffer::from_device(&self.dev, 0);
+        let mut buf = Buffer::from_device(&self.dev, 0);
         buf.register()?;
         if cold {
             drop_cache(&self.args.file)?;
@@ -317,7 +317,7 @@ impl Bench<'_> {
                 .sync_data()?;
             n
         } else {
-            fh.read(&buf, self.size, 0, 0)?
+            fh.read(&mut buf, self.size, 0, 0)?
         };
         let d = t.elapsed();
         buf.deregister()?;

@@ -115,13 +115,13 @@ pub fn run_read_bench(opts: &ReadBenchOptions) -> Result<Vec<BenchRow>> {
         }
 
         mem.fill(0x5A);
-        let buf = Buffer::from_slice(&mut mem, 0);
+        let mut buf = Buffer::from_slice(&mut mem, 0);
         buf.register()?;
         let t = Instant::now();
         let mut off = 0;
         while off < size {
             let n = (size - off).min(req);
-            let got = fh.read(&buf, n, off as i64, off as i64)?;
+            let got = fh.read(&mut buf, n, off as i64, off as i64)?;
             if got == 0 {
                 break;
             }

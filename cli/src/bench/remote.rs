@@ -311,7 +311,7 @@ fn read_with_handle(
     let secs = match memory {
         BenchMemory::Host => {
             let mut mem = vec![0u8; request];
-            let buf = hipfs::Buffer::from_slice(&mut mem, 0);
+            let mut buf = hipfs::Buffer::from_slice(&mut mem, 0);
             buf.register().map_err(to_remote)?;
             // Only the read calls are timed: the checksum of each request
             // runs between them with the clock stopped. One registration
@@ -321,7 +321,9 @@ fn read_with_handle(
             let mut secs = 0.0;
             loop {
                 let t = Instant::now();
-                let n = fh.read(&buf, request, total as i64, 0).map_err(to_remote)?;
+                let n = fh
+                    .read(&mut buf, request, total as i64, 0)
+                    .map_err(to_remote)?;
                 secs += t.elapsed().as_secs_f64();
                 if n == 0 {
                     break;
@@ -338,13 +340,13 @@ fn read_with_handle(
             let dev = hipfs::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
             // Poisoned, so bytes that never arrived cannot pass the check.
             rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
-            let buf = hipfs::Buffer::from_device(&dev, 0);
+            let mut buf = hipfs::Buffer::from_device(&dev, 0);
             buf.register().map_err(to_remote)?;
             let t = Instant::now();
             while (total as usize) < size {
                 let want = request.min(size - total as usize);
                 let n = fh
-                    .read(&buf, want, total as i64, total as i64)
+                    .read(&mut buf, want, total as i64, total as i64)
                     .map_err(to_remote)?;
                 if n == 0 {
                     break;

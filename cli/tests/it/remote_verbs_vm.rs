@@ -149,7 +149,7 @@ fn userspace_reads_over_verbs_at_random_offsets_and_sizes_match_the_exported_fil
     fs::write(fx.e("data"), &data).unwrap();
     let fh = open_us(&fx.m("data"), libc::O_RDONLY);
     let mut mem = vec![0u8; 1 << 20];
-    let buf = Buffer::from_slice(&mut mem, 0);
+    let mut buf = Buffer::from_slice(&mut mem, 0);
     let before = hipfs::stats::snapshot().remote;
     let pkts = rxe_sent_pkts();
     let t = Instant::now();
@@ -163,7 +163,7 @@ fn userspace_reads_over_verbs_at_random_offsets_and_sizes_match_the_exported_fil
         };
         // Some offsets past the end: short and empty reads.
         let off = lcg(&mut x) % (size as u64 + 8192);
-        let n = fh.read(&buf, len, off as i64, 0).unwrap();
+        let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
         let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
         assert_eq!(n, want, "read {len} at {off}");
         // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
@@ -252,13 +252,13 @@ fn several_threads_on_one_verbs_handle_and_own_handles_on_one_file_read_correct_
             s.spawn(move || {
                 let own = open_us(&fx.m("shared"), libc::O_RDONLY);
                 let mut mem = vec![0u8; 256 << 10];
-                let buf = Buffer::from_slice(&mut mem, 0);
+                let mut buf = Buffer::from_slice(&mut mem, 0);
                 let mut x = t + 1;
                 for i in 0..10 {
                     let h = if i % 2 == 0 { one } else { &own };
                     let len = (lcg(&mut x) % (256 << 10)) as usize + 1;
                     let off = lcg(&mut x) % size as u64;
-                    let n = h.read(&buf, len, off as i64, 0).unwrap();
+                    let n = h.read(&mut buf, len, off as i64, 0).unwrap();
                     assert_eq!(n, (size - off as usize).min(len));
                     // SAFETY: as above.
                     let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };

@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex};
 use hipfs_rdma::TransportKind;
 
 use super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
-use super::{registration_containing, shared_client, ClientConfig, Link, RemoteClient};
-use crate::buffer::RDMA_REGISTER;
+use super::{shared_client, ClientConfig, Link, RemoteClient};
 use crate::error::{Error, OpError, Result};
 use crate::gpu::MemoryKind;
+use crate::registry::{buffer_containing, RDMA_REGISTER};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 
 /// What the mount tells a process about an open file (the identify ioctl's payload).
@@ -189,6 +189,9 @@ impl RemoteFile {
 
     /// Reads `len` bytes at `offset` into `ptr` (one request, at most READ_PIECE).
     fn read_piece(&self, ptr: *mut u8, len: usize, offset: u64) -> std::result::Result<usize, i32> {
+        // Regions lent to this request's attempts; they must outlive the
+        // call (a retry lends a new one on its new link).
+        let mut regions: Vec<Arc<hipfs_rdma::LocalRegion>> = Vec::new();
         let p = self.client.call_with(
             &self.cred,
             |link| {
@@ -196,7 +199,7 @@ impl RemoteFile {
                 let (region, at) = destination(link, ptr, len)?;
                 let desc = region.descriptor();
                 // Keep the region registered while the request is in flight.
-                REGIONS.with(|r| r.borrow_mut().push(region));
+                regions.push(region);
                 Ok(Op::Read {
                     fh,
                     offset,
@@ -209,7 +212,7 @@ impl RemoteFile {
             },
             |_, _| {},
         );
-        REGIONS.with(|r| r.borrow_mut().clear());
+        drop(regions);
         match p? {
             Payload::Read { n, data } => {
                 if !data.is_empty() {
@@ -262,7 +265,7 @@ fn destination(
     ptr: *mut u8,
     len: usize,
 ) -> std::result::Result<(Arc<hipfs_rdma::LocalRegion>, u64), i32> {
-    let reg = registration_containing(ptr as usize, len)
+    let reg = buffer_containing(ptr as usize, len)
         .filter(|b| b.flags & RDMA_REGISTER != 0 && b.info.kind != MemoryKind::Device);
     if let Some(b) = reg {
         match link.buffer_region(&b) {
@@ -281,17 +284,12 @@ fn destination(
     }
     // SAFETY: [ptr, ptr+len) is the caller's buffer, valid and not
     // otherwise used for the duration of this read; the region dies when
-    // this request returns (REGIONS holds it only until then).
+    // this request returns (`read_piece` holds it only until then).
     let region = unsafe { link.conn.register(ptr, len) }.map_err(|e| {
         log::warn!("cannot register the destination buffer: {e}");
         libc::ENOMEM
     })?;
     Ok((region, 0))
-}
-
-thread_local! {
-    static REGIONS: std::cell::RefCell<Vec<Arc<hipfs_rdma::LocalRegion>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Bytes per read request. Placed reads may be larger (up to
@@ -408,8 +406,8 @@ impl UserspaceFs for RemoteFile {
     }
 }
 
-/// Binds `fd` to a remote file when it is on a hipfs mount (the resolver
-/// that [`install`] adds).
+/// Binds `fd` to a remote file when it is on a hipfs mount; `None` when
+/// it is not (`handle_register` of a `UserspaceFs` handle asks here).
 pub fn resolve(fd: RawFd) -> Option<Result<Arc<dyn UserspaceFs>>> {
     match hipfs_fusefs::is_hipfs_fd(fd) {
         Ok(true) => {}
@@ -453,11 +451,6 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         return Err(Error::last_os("fcntl(F_GETFL)"));
     }
     Ok(Arc::new(RemoteFile::open(client, id, flags)?))
-}
-
-/// Lets `FileHandleType::UserspaceFs` handles bind files on hipfs mounts.
-pub fn install() {
-    crate::userspace::add_resolver(resolve);
 }
 
 #[cfg(test)]

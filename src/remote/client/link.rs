@@ -15,8 +15,8 @@ use super::super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Welcome
 use super::super::server::transport_config;
 use super::super::RemoteError;
 use super::ClientConfig;
-use crate::buffer::RegisteredBuffer;
 use crate::gpu::MemoryKind;
+use crate::registry::RegisteredBuffer;
 
 /// A receive buffer registered on a link: the server places read data in it.
 pub(crate) struct RecvBuf {
@@ -264,10 +264,4 @@ impl Link {
         }));
         Ok(region)
     }
-}
-
-/// The driver registration that holds all of `[ptr, ptr+len)`, if any.
-pub(crate) fn registration_containing(ptr: usize, len: usize) -> Option<Arc<RegisteredBuffer>> {
-    crate::driver::with_state(|s| s.buffers.range(..=ptr).next_back().map(|(_, b)| b.clone()))
-        .filter(|b| b.contains(ptr, len))
 }

@@ -15,7 +15,9 @@ mod link;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::registry::RegisteredBuffer;
 use std::time::{Duration, Instant};
 
 use hipfs_rdma::TransportKind;
@@ -23,7 +25,7 @@ use hipfs_rdma::TransportKind;
 use super::auth::Token;
 use super::proto::{Op, Payload, Request, WireCred};
 use super::RemoteError;
-pub(crate) use link::{registration_containing, Link, RecvBuf};
+pub(crate) use link::{Link, RecvBuf};
 
 /// How a client reaches its server.
 #[derive(Clone, Debug)]
@@ -309,30 +311,97 @@ struct ClientCounters {
     reconnects: AtomicU64,
 }
 
-/// Process-wide clients, one per server address (UserspaceFs handles share
-/// them; see [`direct`]).
-static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());
+/// What makes two clients differ: a second mount of the same server with
+/// another transport, token or lane count gets a client of its own. (The
+/// timeout is not part of it: it bounds calls, it does not change what the
+/// connection is, and the first user's timeout holds.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ClientKey {
+    server: String,
+    transport: TransportKind,
+    token_file: Option<PathBuf>,
+    token: Option<Token>,
+    lanes: usize,
+}
 
-/// The process-wide client for `cfg.server`, connecting on first use.
+impl ClientKey {
+    fn of(cfg: &ClientConfig) -> ClientKey {
+        ClientKey {
+            server: cfg.server.clone(),
+            transport: cfg.transport,
+            token_file: cfg.token_file.clone(),
+            token: cfg.token.clone(),
+            lanes: cfg.lanes,
+        }
+    }
+}
+
+/// One key's client, held weakly, so a client nobody uses is dropped (and
+/// its connection closed) with its last user. `connect` serialises
+/// connecting for this key only; `client` is only held for a moment.
+#[derive(Default)]
+struct Slot {
+    connect: Mutex<()>,
+    client: Mutex<Weak<RemoteClient>>,
+}
+
+impl Slot {
+    fn get(&self) -> Option<Arc<RemoteClient>> {
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
+    }
+}
+
+/// Process-wide clients (UserspaceFs handles share them; see [`direct`]).
+/// The outer lock is only held to find or add a slot, never while connecting.
+static CLIENTS: Mutex<Vec<(ClientKey, Arc<Slot>)>> = Mutex::new(Vec::new());
+
+/// The process-wide client for `cfg` (server, transport, token and lanes),
+/// connecting on first use. Connecting blocks only other callers with the
+/// same key; unrelated clients and buffer registration go on meanwhile.
 pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
-    // From the first client on, buffers registered with RDMA_REGISTER are
-    // registered with every connected client's transport at once.
-    crate::rdma_hooks::add_rdma_register_hook(register_with_clients);
-    let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(c) = v.iter().find(|c| c.cfg.server == cfg.server) {
-        return Ok(c.clone());
+    let key = ClientKey::of(&cfg);
+    let slot = {
+        let mut v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget slots whose client is gone and that nobody is filling.
+        v.retain(|(_, s)| Arc::strong_count(s) > 1 || s.get().is_some());
+        match v.iter().find(|(k, _)| *k == key) {
+            Some((_, s)) => Arc::clone(s),
+            None => {
+                let s = Arc::new(Slot::default());
+                v.push((key, Arc::clone(&s)));
+                s
+            }
+        }
+    };
+    if let Some(c) = slot.get() {
+        return Ok(c);
+    }
+    let _one_at_a_time = slot.connect.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = slot.get() {
+        return Ok(c);
     }
     let c = RemoteClient::connect(cfg)?;
-    v.push(c.clone());
+    *slot.client.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&c);
     Ok(c)
 }
 
-/// The rdma hook: registers `buf` on the live link of every process-wide
-/// client and gives it the first one's descriptor, so that `desc_str` (C
-/// ABI) and `UserspaceBuf::Rdma` carry the transport's own descriptor.
-/// Clients that connect later register the buffer on first use (see
-/// [`direct`]).
-fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
+/// The process-wide clients somebody uses now (those [`shared_client`]
+/// handed out and that are still alive), without waiting on any that is
+/// connecting.
+pub fn live_shared_clients() -> Vec<Arc<RemoteClient>> {
+    let v = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+    v.iter().filter_map(|(_, s)| s.get()).collect()
+}
+
+/// Called by `buf_register` for a buffer registered with `RDMA_REGISTER`:
+/// registers `buf` on the live link of every process-wide client and gives
+/// it the first one's descriptor, so that `desc_str` (C ABI) and
+/// `UserspaceBuf::Rdma` carry the transport's own descriptor. Clients that
+/// connect later register the buffer on first use (see [`direct`]).
+pub fn on_rdma_register(buf: &RegisteredBuffer) {
     if buf.info.kind == crate::gpu::MemoryKind::Device {
         log::debug!(
             "buffer {:#x}: device memory is not registered with hipfs clients",
@@ -340,7 +409,7 @@ fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
         );
         return;
     }
-    let clients: Vec<Arc<RemoteClient>> = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let clients = live_shared_clients();
     for c in clients {
         let Some(link) = c.current() else { continue };
         match link.buffer_region(buf) {
@@ -382,5 +451,88 @@ fn wait_for_reply(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::remote::server::{ServeConfig, Server};
+
+    fn tcp_server() -> (tempfile::TempDir, Server) {
+        let export = tempfile::tempdir().unwrap();
+        let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+        cfg.transport = TransportKind::Tcp;
+        (export, Server::start(cfg).unwrap())
+    }
+
+    fn tcp_config(addr: &str) -> ClientConfig {
+        let mut cc = ClientConfig::new(addr);
+        cc.transport = TransportKind::Tcp;
+        cc
+    }
+
+    #[test]
+    fn a_second_config_with_other_lanes_or_transport_gets_its_own_client() {
+        let (_export, server) = tcp_server();
+        let mut one = tcp_config(server.local_addr());
+        one.lanes = 1;
+        let a = shared_client(one.clone()).unwrap();
+        assert!(Arc::ptr_eq(&a, &shared_client(one.clone()).unwrap()));
+        let mut two = one.clone();
+        two.lanes = 2;
+        let b = shared_client(two).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert_eq!(b.cfg.lanes, 2);
+        let mut auto = one;
+        auto.transport = TransportKind::Auto;
+        let c = shared_client(auto).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&b, &c));
+        assert_eq!(c.transport(), TransportKind::Auto);
+    }
+
+    #[test]
+    fn a_client_nobody_uses_is_dropped() {
+        let (_export, server) = tcp_server();
+        let mut cfg = tcp_config(server.local_addr());
+        cfg.lanes = 3;
+        let a = shared_client(cfg.clone()).unwrap();
+        let weak = Arc::downgrade(&a);
+        drop(a);
+        assert!(
+            weak.upgrade().is_none(),
+            "the cache kept an unused client alive"
+        );
+        // The next user connects a fresh one.
+        let b = shared_client(cfg).unwrap();
+        assert!(b.current().is_some());
+    }
+
+    #[test]
+    fn connecting_to_a_silent_server_blocks_no_unrelated_client_or_registration() {
+        // Accepts TCP connections (the kernel does) but never answers the
+        // handshake: connecting waits out the client's whole timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut stuck = tcp_config(&silent.local_addr().unwrap().to_string());
+        stuck.timeout = Duration::from_secs(3);
+        let waiting = std::thread::spawn(move || shared_client(stuck).map(drop));
+        // Let that thread get into its connect.
+        std::thread::sleep(Duration::from_millis(200));
+        let (_export, server) = tcp_server();
+        let t = Instant::now();
+        let live = shared_client(tcp_config(server.local_addr())).unwrap();
+        let mut mem = vec![0u8; 65536];
+        let base = mem.as_mut_ptr() as usize;
+        crate::buffer::buf_register(base, mem.len(), crate::registry::RDMA_REGISTER).unwrap();
+        let took = t.elapsed();
+        crate::buffer::buf_deregister(base).unwrap();
+        assert!(
+            took < Duration::from_millis(1500),
+            "an unrelated connect and register waited {took:?} on the silent server"
+        );
+        assert!(live.current().is_some());
+        // The silent connect was still going on all that time (the thread
+        // ends by itself when its timeout runs out).
+        assert!(!waiting.is_finished());
     }
 }

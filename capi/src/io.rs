@@ -1,12 +1,12 @@
 //! File handles, buffers and synchronous I/O.
 
-use super::fsops::{host_descriptor, CallbackFs};
-use super::types::{HOff, HipFileDescr, HipFileError};
-use super::{ffi_ssize, ffi_status, invalid};
-use crate::error::{Error, OpError};
-use crate::gpu::MemoryKind;
-use crate::handle::{self, FileHandleType};
-use crate::userspace::UserspaceFs;
+use crate::fsops::{host_descriptor, CallbackFs};
+use crate::types::{HOff, HipFileDescr, HipFileError};
+use crate::{ffi_ssize, ffi_status, invalid};
+use hipfs::error::{Error, OpError};
+use hipfs::gpu::MemoryKind;
+use hipfs::handle::{self, FileHandleType};
+use hipfs::userspace::UserspaceFs;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -87,8 +87,8 @@ pub extern "C" fn hipFileBufRegister(
     flags: c_int,
 ) -> HipFileError {
     ffi_status(|| {
-        let reg = crate::buffer::buf_register(base as usize, length, flags)?;
-        if flags & crate::buffer::RDMA_REGISTER != 0 && reg.info.kind != MemoryKind::Device {
+        let reg = hipfs::buffer::buf_register(base as usize, length, flags)?;
+        if flags & hipfs::buffer::RDMA_REGISTER != 0 && reg.info.kind != MemoryKind::Device {
             // Transports ran their hooks inside buf_register; an existing
             // descriptor wins (`set` fails harmlessly then).
             let _ = reg.rdma_desc.set(host_descriptor(reg.base, reg.len));
@@ -100,10 +100,10 @@ pub extern "C" fn hipFileBufRegister(
 /// Deregisters the buffer registered at `base`.
 #[no_mangle]
 pub extern "C" fn hipFileBufDeregister(base: *const c_void) -> HipFileError {
-    ffi_status(|| crate::buffer::buf_deregister(base as usize))
+    ffi_status(|| hipfs::buffer::buf_deregister(base as usize))
 }
 
-fn check_size(size: usize) -> crate::Result<()> {
+fn check_size(size: usize) -> hipfs::Result<()> {
     if isize::try_from(size).is_err() {
         return Err(invalid("size does not fit ssize_t"));
     }
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn hipFileRead(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        crate::io::read(&file, base as usize, size, file_offset, buffer_offset)
+        handle::read(&file, base as usize, size, file_offset, buffer_offset)
     })
 }
 
@@ -145,6 +145,6 @@ pub unsafe extern "C" fn hipFileWrite(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        crate::io::write(&file, base as usize, size, file_offset, buffer_offset)
+        handle::write(&file, base as usize, size, file_offset, buffer_offset)
     })
 }

@@ -3,12 +3,12 @@
 //! A C `hipFileBatchHandle_t` is the core batch id cast to a pointer; a
 //! `hipStream_t` is passed to the core as its address.
 
-use super::io::handle_id;
-use super::types::{HOff, HipFileError, HipFileIoEvents, HipFileIoParams, BATCH_MODE_BATCH};
-use super::{ffi_status, invalid};
-use crate::batch::{self, IoParams, Opcode};
-use crate::config::MAX_BATCH_IO_COUNT;
-use crate::error::{Error, OpError, Result};
+use crate::io::handle_id;
+use crate::types::{HOff, HipFileError, HipFileIoEvents, HipFileIoParams, BATCH_MODE_BATCH};
+use crate::{ffi_status, invalid};
+use hipfs::batch::{self, IoParams, Opcode};
+use hipfs::config::MAX_BATCH_IO_COUNT;
+use hipfs::error::{Error, OpError, Result};
 use std::ffi::{c_uint, c_void};
 use std::time::Duration;
 
@@ -188,7 +188,7 @@ pub unsafe extern "C" fn hipFileReadAsync(
     ffi_status(|| {
         // SAFETY: forwarded caller guarantee.
         unsafe {
-            crate::stream::read_async(
+            hipfs::stream::read_async(
                 handle_id(fh),
                 base as usize,
                 size_p,
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn hipFileWriteAsync(
     ffi_status(|| {
         // SAFETY: forwarded caller guarantee.
         unsafe {
-            crate::stream::write_async(
+            hipfs::stream::write_async(
                 handle_id(fh),
                 base as usize,
                 size_p,
@@ -234,11 +234,11 @@ pub unsafe extern "C" fn hipFileWriteAsync(
 /// Registers `stream` for async I/O with `flags` (within `HIPFILE_STREAM_FLAGS_MASK`).
 #[no_mangle]
 pub extern "C" fn hipFileStreamRegister(stream: *mut c_void, flags: c_uint) -> HipFileError {
-    ffi_status(|| crate::stream::stream_register(stream as usize, flags))
+    ffi_status(|| hipfs::stream::stream_register(stream as usize, flags))
 }
 
 /// Deregisters `stream`.
 #[no_mangle]
 pub extern "C" fn hipFileStreamDeregister(stream: *mut c_void) -> HipFileError {
-    ffi_status(|| crate::stream::stream_deregister(stream as usize))
+    ffi_status(|| hipfs::stream::stream_deregister(stream as usize))
 }

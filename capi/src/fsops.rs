@@ -7,9 +7,9 @@
 //! pointer is the request's address inside that registration); otherwise
 //! `rdma_info` is NULL and the pointer is host-accessible memory.
 
-use super::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
-use crate::error::{Error, OpError, Result};
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
+use hipfs::error::{Error, OpError, Result};
+use hipfs::userspace::{UserspaceBuf, UserspaceFs};
 use std::ffi::{c_int, c_void, CStr, CString};
 
 /// A file served by C callbacks.
@@ -79,7 +79,7 @@ fn callback_result(ret: isize, what: &str) -> Result<usize> {
     if ret >= 0 {
         return Ok(ret as usize);
     }
-    let errno = crate::userspace::errno_of_negative_return(ret);
+    let errno = hipfs::userspace::errno_of_negative_return(ret);
     Err(Error::system(
         errno,
         format!("userspace filesystem {what} callback"),

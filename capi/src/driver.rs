@@ -1,9 +1,9 @@
 //! Driver, version, error strings and the parameter API.
 
-use super::types::{HipFileDriverProps, HipFileError, HipFileNvfsProps};
-use super::{ffi_status, invalid, op_status};
-use crate::config::{BoolParam, SizeTParam, StringParam};
-use crate::error::{OpError, Result};
+use crate::types::{HipFileDriverProps, HipFileError, HipFileNvfsProps};
+use crate::{ffi_status, invalid, op_status};
+use hipfs::config::{BoolParam, SizeTParam, StringParam};
+use hipfs::error::{OpError, Result};
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
 use std::panic::catch_unwind;
 use std::sync::OnceLock;
@@ -11,19 +11,19 @@ use std::sync::OnceLock;
 /// Opens the driver (one more reference).
 #[no_mangle]
 pub extern "C" fn hipFileDriverOpen() -> HipFileError {
-    ffi_status(crate::driver_open)
+    ffi_status(hipfs::driver_open)
 }
 
 /// Drops one reference; at zero every handle and buffer is deregistered.
 #[no_mangle]
 pub extern "C" fn hipFileDriverClose() -> HipFileError {
-    ffi_status(crate::driver_close)
+    ffi_status(hipfs::driver_close)
 }
 
 /// The driver's reference count.
 #[no_mangle]
 pub extern "C" fn hipFileUseCount() -> i64 {
-    catch_unwind(crate::use_count).unwrap_or(-1)
+    catch_unwind(hipfs::use_count).unwrap_or(-1)
 }
 
 /// Fills `*props` (sizes in KiB).
@@ -38,7 +38,7 @@ pub unsafe extern "C" fn hipFileDriverGetProperties(
         if props.is_null() {
             return Err(invalid("props is NULL"));
         }
-        let p = crate::driver_get_properties()?;
+        let p = hipfs::driver_get_properties()?;
         let out = HipFileDriverProps {
             nvfs: HipFileNvfsProps {
                 major_version: p.major_version,
@@ -68,25 +68,25 @@ pub extern "C" fn hipFileDriverSetPollMode(
     poll: u8,
     poll_threshold_size_kb: usize,
 ) -> HipFileError {
-    ffi_status(|| crate::driver_set_poll_mode(poll != 0, poll_threshold_size_kb))
+    ffi_status(|| hipfs::driver_set_poll_mode(poll != 0, poll_threshold_size_kb))
 }
 
 /// Sets the largest direct I/O (KiB).
 #[no_mangle]
 pub extern "C" fn hipFileDriverSetMaxDirectIOSize(max_direct_io_size_kb: usize) -> HipFileError {
-    ffi_status(|| crate::driver_set_max_direct_io_size(max_direct_io_size_kb))
+    ffi_status(|| hipfs::driver_set_max_direct_io_size(max_direct_io_size_kb))
 }
 
 /// Sets the bounce cache size (KiB).
 #[no_mangle]
 pub extern "C" fn hipFileDriverSetMaxCacheSize(max_cache_size_kb: usize) -> HipFileError {
-    ffi_status(|| crate::driver_set_max_cache_size(max_cache_size_kb))
+    ffi_status(|| hipfs::driver_set_max_cache_size(max_cache_size_kb))
 }
 
 /// Sets the pinned memory limit (KiB).
 #[no_mangle]
 pub extern "C" fn hipFileDriverSetMaxPinnedMemSize(max_pinned_size_kb: usize) -> HipFileError {
-    ffi_status(|| crate::driver_set_max_pinned_mem_size(max_pinned_size_kb))
+    ffi_status(|| hipfs::driver_set_max_pinned_mem_size(max_pinned_size_kb))
 }
 
 /// The library version; NULL outputs are skipped. Always succeeds.
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn hipFileGetVersion(
     minor: *mut c_uint,
     patch: *mut c_uint,
 ) -> HipFileError {
-    let (a, b, c) = crate::get_version();
+    let (a, b, c) = hipfs::get_version();
     for (p, v) in [(major, a), (minor, b), (patch, c)] {
         if !p.is_null() {
             // SAFETY: non-NULL, and the caller guarantees it is writable.
@@ -167,7 +167,7 @@ pub unsafe extern "C" fn hipFileGetParameterSizeT(param: c_int, value: *mut usiz
             return Err(invalid("value is NULL"));
         }
         // SAFETY: non-NULL, and the caller guarantees it is writable.
-        unsafe { value.write_unaligned(crate::get_parameter_size(p)) };
+        unsafe { value.write_unaligned(hipfs::get_parameter_size(p)) };
         Ok(())
     })
 }
@@ -175,7 +175,7 @@ pub unsafe extern "C" fn hipFileGetParameterSizeT(param: c_int, value: *mut usiz
 /// Sets a `size_t` parameter; only while the driver is closed.
 #[no_mangle]
 pub extern "C" fn hipFileSetParameterSizeT(param: c_int, value: usize) -> HipFileError {
-    ffi_status(|| crate::set_parameter_size(size_param(param)?, value))
+    ffi_status(|| hipfs::set_parameter_size(size_param(param)?, value))
 }
 
 /// Reads a bool parameter (written as a C `bool`: one byte, 0 or 1).
@@ -190,7 +190,7 @@ pub unsafe extern "C" fn hipFileGetParameterBool(param: c_int, value: *mut u8) -
             return Err(invalid("value is NULL"));
         }
         // SAFETY: non-NULL, and the caller guarantees it is writable.
-        unsafe { value.write(u8::from(crate::get_parameter_bool(p))) };
+        unsafe { value.write(u8::from(hipfs::get_parameter_bool(p))) };
         Ok(())
     })
 }
@@ -198,7 +198,7 @@ pub unsafe extern "C" fn hipFileGetParameterBool(param: c_int, value: *mut u8) -
 /// Sets a bool parameter; only while the driver is closed.
 #[no_mangle]
 pub extern "C" fn hipFileSetParameterBool(param: c_int, value: u8) -> HipFileError {
-    ffi_status(|| crate::set_parameter_bool(bool_param(param)?, value != 0))
+    ffi_status(|| hipfs::set_parameter_bool(bool_param(param)?, value != 0))
 }
 
 /// Copies a string parameter into `desc_str` (`len` bytes, always
@@ -221,7 +221,7 @@ pub unsafe extern "C" fn hipFileGetParameterString(
             .ok()
             .filter(|n| *n > 0)
             .ok_or_else(|| invalid("len must be positive"))?;
-        let value = crate::get_parameter_string(p);
+        let value = hipfs::get_parameter_string(p);
         let n = value.len().min(cap - 1);
         // SAFETY: desc_str has cap >= n + 1 writable bytes (caller's contract)
         // and cannot overlap the String we own.
@@ -250,7 +250,7 @@ pub unsafe extern "C" fn hipFileSetParameterString(
         // SAFETY: non-NULL, and the caller guarantees NUL termination.
         let s = unsafe { CStr::from_ptr(value) };
         let s = s.to_str().map_err(|_| invalid("value is not UTF-8"))?;
-        crate::set_parameter_string(p, s)
+        hipfs::set_parameter_string(p, s)
     })
 }
 
