@@ -14,6 +14,9 @@ bash scripts/setup.sh test
 stage "cargo fmt --check"
 cargo fmt --all -- --check
 
+stage "layers: no module cycle in the core (scripts/check-layers.py)"
+python3 scripts/check-layers.py >/dev/null
+
 stage "cargo clippy (all targets, warnings are errors)"
 cargo clippy --all-targets -- -D warnings
 
