@@ -6,7 +6,7 @@ use crate::error::{Error, OpError, Result};
 use crate::io::posix::PosixFile;
 use crate::userspace::UserspaceFs;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -206,13 +206,14 @@ impl FileHandle {
         }
         let cpath = CString::new(self.path.as_os_str().as_bytes())
             .map_err(|_| Error::new(OpError::InvalidValue, "path contains a NUL byte"))?;
-        // SAFETY: cpath is a valid NUL-terminated string; open has no other preconditions.
-        let raw = unsafe { libc::open(cpath.as_ptr(), self.flags | libc::O_CLOEXEC, self.mode) };
-        if raw < 0 {
-            return Err(Error::last_os(format!("open {}", self.path.display())));
-        }
-        // SAFETY: raw is a freshly opened fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // The caller's flags and mode go to open(2) unchanged (std's
+        // OpenOptions would rewrite the access mode and creation flags).
+        let fd = hipfs_sys::fs::open(&cpath, self.flags, self.mode).map_err(|e| {
+            Error::system(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("open {}", self.path.display()),
+            )
+        })?;
         let id = handle_register(fd.as_raw_fd(), self.handle_type, None)
             .map_err(|e| e.with_context(self.path.display()))?;
         self.fd = Some(fd);

@@ -28,7 +28,7 @@ impl VerbsConnection {
         let deadline = Instant::now() + cfg.op_timeout;
         let ec = EventChannel::new()?;
         ec.set_nonblocking()?;
-        let token = random_u64();
+        let token = random_u64()?;
         let mut setup: Option<Setup> = None;
         let mut ids = Vec::with_capacity(cfg.lanes);
         let mut peer: Option<LaneHello> = None;

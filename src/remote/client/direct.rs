@@ -129,15 +129,15 @@ fn io_err(errno: i32, what: &str) -> Error {
 }
 
 fn process_cred() -> WireCred {
-    // SAFETY: plain queries of this process's ids.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    // SAFETY: a zero-sized query returns the count.
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) }.max(0) as usize;
-    let mut groups = vec![0; n];
-    // SAFETY: the buffer holds `n` entries.
-    let got = unsafe { libc::getgroups(n as i32, groups.as_mut_ptr()) };
-    groups.truncate(got.max(0) as usize);
-    WireCred { uid, gid, groups }
+    use hipfs_sys::process::{egid, euid, getgroups};
+    // A failed query sends no supplementary groups (as before: the server
+    // then checks the primary ids only).
+    let groups = getgroups().unwrap_or_default();
+    WireCred {
+        uid: euid(),
+        gid: egid(),
+        groups,
+    }
 }
 
 impl RemoteFile {
@@ -447,11 +447,8 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         cfg.token_file = Some(t.clone());
     }
     let client = shared_client(cfg).map_err(Error::from)?;
-    // SAFETY: plain query of the fd's flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Error::last_os("fcntl(F_GETFL)"));
-    }
+    let flags = hipfs_sys::fs::get_status_flags(fd)
+        .map_err(|e| Error::system(e.raw_os_error().unwrap_or(libc::EIO), "fcntl(F_GETFL)"))?;
     Ok(Arc::new(RemoteFile::open(client, id, flags)?))
 }
 

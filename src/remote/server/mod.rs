@@ -340,15 +340,12 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
     // umask is per process unless the thread has its own fs_struct, so take
     // one: a server embedded in another program (`hipfs mount --local`,
     // tests) leaves that program's umask alone.
-    // SAFETY: unshare(CLONE_FS) affects only this thread; umask cannot fail.
-    unsafe {
-        if libc::unshare(libc::CLONE_FS) == 0 {
-            libc::umask(0);
-        } else {
-            log::warn!(
-                "unshare(CLONE_FS) failed ({}); created files get the server's umask",
-                std::io::Error::last_os_error()
-            );
+    match hipfs_sys::process::unshare_fs() {
+        Ok(()) => {
+            hipfs_sys::process::umask(0);
+        }
+        Err(e) => {
+            log::warn!("unshare(CLONE_FS) failed ({e}); created files get the server's umask")
         }
     }
     loop {

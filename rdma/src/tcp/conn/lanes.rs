@@ -2,7 +2,7 @@
 //! and the reader (applies WRITE frames straight into registered memory,
 //! completes READ answers, queues control messages; never writes).
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver};
@@ -52,7 +52,7 @@ impl Shared {
                     // the first byte: copy through a buffer instead.
                     let sent = match sock::send_file(fd, file, at, len) {
                         Ok(n) => n,
-                        Err(_) => sock::send_file_copied(fd, file, at, len)?,
+                        Err(_) => sock::send_file_copied(fd, src.fd.as_fd(), at, len)?,
                     };
                     if sent < len {
                         // Tell the caller where the file data ends before
