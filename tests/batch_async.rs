@@ -7,6 +7,7 @@ mod common;
 
 use common::pattern;
 use hipfs::batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
+use hipfs::gpu::StreamId;
 use hipfs::handle::{handle_deregister, handle_register};
 use hipfs::stream::{read_async, stream_deregister, stream_register, write_async, AsyncArgs};
 use hipfs::{
@@ -65,7 +66,7 @@ impl TestStream {
         if rt.name() == "host" {
             TestStream(tag)
         } else {
-            TestStream(rt.stream_create(0).unwrap())
+            TestStream(rt.stream_create(0).unwrap().0)
         }
     }
 }
@@ -74,8 +75,11 @@ impl Drop for TestStream {
     fn drop(&mut self) {
         let rt = hipfs::gpu::runtime();
         if rt.name() != "host" {
-            let _ = rt.stream_synchronize(self.0);
-            rt.stream_destroy(self.0);
+            // SAFETY: the stream made in new(), destroyed only here.
+            unsafe {
+                let _ = rt.stream_synchronize(StreamId(self.0));
+                rt.stream_destroy(StreamId(self.0));
+            }
         }
     }
 }
@@ -650,19 +654,22 @@ fn the_c_style_id_functions_drive_the_same_batches() {
 /// Holds `stream` until the returned sender is used (or dropped).
 fn block_stream(stream: usize) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = channel::<()>();
-    hipfs::gpu::runtime()
-        .launch_host_func(
-            stream,
+    // SAFETY: tests pass streams of TestStream (live) or 0.
+    unsafe {
+        hipfs::gpu::runtime().launch_host_func(
+            StreamId(stream),
             Box::new(move || {
                 let _ = rx.recv();
             }),
         )
-        .unwrap();
+    }
+    .unwrap();
     tx
 }
 
 fn sync(stream: usize) {
-    hipfs::gpu::runtime().stream_synchronize(stream).unwrap();
+    // SAFETY: as in block_stream.
+    unsafe { hipfs::gpu::runtime().stream_synchronize(StreamId(stream)) }.unwrap();
 }
 
 #[test]
@@ -991,21 +998,22 @@ impl DeviceMem {
             return None;
         }
         let ptr = rt.device_alloc(0, len).unwrap();
-        rt.device_memset(ptr, poison, len).unwrap();
+        // SAFETY: the allocation just made, `len` bytes.
+        unsafe { rt.device_memset(ptr, poison, len) }.unwrap();
         Some(DeviceMem { ptr, len })
     }
     fn to_host(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
-        hipfs::gpu::runtime()
-            .copy_from_device(&mut v, self.ptr)
-            .unwrap();
+        // SAFETY: `len` bytes of the live allocation.
+        unsafe { hipfs::gpu::runtime().copy_from_device(&mut v, self.ptr) }.unwrap();
         v
     }
 }
 
 impl Drop for DeviceMem {
     fn drop(&mut self) {
-        hipfs::gpu::runtime().device_free(self.ptr);
+        // SAFETY: allocated in new(), freed only here.
+        unsafe { hipfs::gpu::runtime().device_free(self.ptr) };
     }
 }
 
@@ -1176,7 +1184,8 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
             let mut n = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let p = hipfs::gpu::runtime().device_alloc(0, 1 << 20).unwrap();
-                hipfs::gpu::runtime().device_free(p);
+                // SAFETY: allocated just above, used by nothing.
+                unsafe { hipfs::gpu::runtime().device_free(p) };
                 n += 1;
             }
             n
@@ -1212,7 +1221,8 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
                 std::process::abort();
             }
         });
-        rt.stream_synchronize(stream).unwrap();
+        // SAFETY: the test's live stream.
+        unsafe { rt.stream_synchronize(StreamId(stream)) }.unwrap();
         let _ = done_tx.send(());
         watchdog.join().unwrap();
         // SAFETY: the stream is done with the result slots.

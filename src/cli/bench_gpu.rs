@@ -153,7 +153,8 @@ impl<'a> Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.rt.free_pinned(self.ptr);
+        // SAFETY: allocated in new() by this runtime, freed only here.
+        unsafe { self.rt.free_pinned(self.ptr) };
     }
 }
 
@@ -177,7 +178,8 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(piece);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe { self.rt.copy_from_device(host, self.dev.ptr() + off)? };
             got.extend(hash_parallel(host));
             off += n;
         }
@@ -198,7 +200,8 @@ impl Bench<'_> {
     }
 
     fn poison(&self) -> Result<()> {
-        self.rt.device_memset(self.dev.ptr(), 0xA5, self.size)
+        // SAFETY: the whole allocation, which the benchmark owns.
+        unsafe { self.rt.device_memset(self.dev.ptr(), 0xA5, self.size) }
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
@@ -221,15 +224,20 @@ impl Bench<'_> {
                 }
             };
             if let Err(e) = r {
-                let _ = self.rt.stream_synchronize(stream);
-                self.rt.stream_destroy(stream);
+                // SAFETY: the stream made above, destroyed once.
+                unsafe {
+                    let _ = self.rt.stream_synchronize(stream);
+                    self.rt.stream_destroy(stream);
+                }
                 return Err(e);
             }
             off += n;
         }
-        let r = self.rt.stream_synchronize(stream);
+        // SAFETY: the stream made above.
+        let r = unsafe { self.rt.stream_synchronize(stream) };
         let d = t.elapsed();
-        self.rt.stream_destroy(stream);
+        // SAFETY: destroyed once, not used afterwards.
+        unsafe { self.rt.stream_destroy(stream) };
         r.map(|_| d)
     }
 
@@ -245,8 +253,11 @@ impl Bench<'_> {
             if got == 0 {
                 break;
             }
-            self.rt
-                .copy_to_device(self.dev.ptr() + off, &host[..got.min(n)])?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe {
+                self.rt
+                    .copy_to_device(self.dev.ptr() + off, &host[..got.min(n)])?
+            };
             off += got;
         }
         Ok(t.elapsed())
@@ -264,7 +275,8 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(CHUNK);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe { self.rt.copy_from_device(host, self.dev.ptr() + off)? };
             f.write_all_at(host, off as u64)?;
             off += n;
         }

@@ -3,7 +3,7 @@
 //! machine without any NVIDIA library. Every device is used through its
 //! primary context (the one the CUDA runtime API and the frameworks share).
 
-use super::{DeviceGuard, GpuRuntime, MemoryKind, PointerInfo};
+use super::{DeviceGuard, EventId, GpuRuntime, MemoryKind, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use cudarc::driver::sys;
 use std::cell::Cell;
@@ -278,7 +278,7 @@ impl GpuRuntime for CudaRuntime {
         }))
     }
 
-    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
         let device = self.pointer_info(dst).map_or(0, |i| i.device.max(0));
         self.sync_copy(
             device,
@@ -288,7 +288,7 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
         let device = self.pointer_info(src).map_or(0, |i| i.device.max(0));
         let len = dst.len();
         let ptr = dst.as_mut_ptr();
@@ -300,7 +300,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        let stream = stream.0;
         self.ensure_context()?;
         let data = Box::into_raw(Box::new(f));
         // SAFETY: run_boxed takes ownership of data exactly once when the
@@ -314,7 +315,8 @@ impl GpuRuntime for CudaRuntime {
         check(r, "cuLaunchHostFunc")
     }
 
-    fn stream_synchronize(&self, stream: usize) -> Result<()> {
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
         self.ensure_context()?;
         // SAFETY: stream is a CUstream handle (0: legacy default stream).
         check(
@@ -323,7 +325,13 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn stream_wait_value32(&self, stream: usize, flag: usize, value: u32) -> Result<bool> {
+    unsafe fn stream_wait_value32(
+        &self,
+        stream: StreamId,
+        flag: usize,
+        value: u32,
+    ) -> Result<bool> {
+        let stream = stream.0;
         // Not in SYMBOLS: a driver without stream memory operations still
         // serves everything else, and async I/O falls back.
         static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -393,7 +401,7 @@ impl GpuRuntime for CudaRuntime {
         Ok(p as usize)
     }
 
-    fn free_pinned(&self, ptr: usize) {
+    unsafe fn free_pinned(&self, ptr: usize) {
         // SAFETY: ptr came from cuMemHostAlloc and is freed once.
         let r = unsafe { sys::cuMemFreeHost(ptr as *mut c_void) };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -401,7 +409,7 @@ impl GpuRuntime for CudaRuntime {
         }
     }
 
-    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+    unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         self.ensure_context()?;
         // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
         check(
@@ -412,7 +420,7 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn unregister_host(&self, ptr: usize) {
+    unsafe fn unregister_host(&self, ptr: usize) {
         // SAFETY: ptr was registered by register_host.
         let r = unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -420,16 +428,17 @@ impl GpuRuntime for CudaRuntime {
         }
     }
 
-    fn stream_create(&self, device: i32) -> Result<usize> {
+    fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _g = self.bind(device)?;
         let mut s: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local. Non-blocking: the application's
         // work on the legacy default stream does not serialise with ours.
         check(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?;
-        Ok(s as usize)
+        Ok(StreamId(s as usize))
     }
 
-    fn stream_destroy(&self, stream: usize) {
+    unsafe fn stream_destroy(&self, stream: StreamId) {
+        let stream = stream.0;
         // SAFETY: stream came from stream_create and is destroyed once.
         unsafe { sys::cuStreamDestroy_v2(stream as sys::CUstream) };
     }
@@ -439,8 +448,9 @@ impl GpuRuntime for CudaRuntime {
         dst: usize,
         src: *const u8,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
+        let stream = stream.0;
         // SAFETY: forwarded caller guarantees.
         check(
             unsafe {
@@ -455,8 +465,9 @@ impl GpuRuntime for CudaRuntime {
         dst: *mut u8,
         src: usize,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
+        let stream = stream.0;
         // SAFETY: forwarded caller guarantees.
         check(
             unsafe {
@@ -466,7 +477,7 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn event_create(&self) -> Result<usize> {
+    fn event_create(&self) -> Result<EventId> {
         self.ensure_context()?;
         let mut e: sys::CUevent = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; flags as chosen in probe().
@@ -474,10 +485,12 @@ impl GpuRuntime for CudaRuntime {
             unsafe { sys::cuEventCreate(&mut e, self.event_flags) },
             "cuEventCreate",
         )?;
-        Ok(e as usize)
+        Ok(EventId(e as usize))
     }
 
-    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
+    unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
+        let event = event.0;
         // SAFETY: handles from event_create / stream_create.
         check(
             unsafe { sys::cuEventRecord(event as sys::CUevent, stream as sys::CUstream) },
@@ -485,7 +498,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn event_synchronize(&self, event: usize) -> Result<()> {
+    unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let event = event.0;
         // SAFETY: handle from event_create.
         check(
             unsafe { sys::cuEventSynchronize(event as sys::CUevent) },
@@ -493,7 +507,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn event_destroy(&self, event: usize) {
+    unsafe fn event_destroy(&self, event: EventId) {
+        let event = event.0;
         // SAFETY: handle from event_create, destroyed once.
         unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
     }
@@ -509,7 +524,7 @@ impl GpuRuntime for CudaRuntime {
         Ok(p as usize)
     }
 
-    fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: usize) {
         if self.ensure_context().is_err() {
             return;
         }
@@ -517,7 +532,7 @@ impl GpuRuntime for CudaRuntime {
         unsafe { sys::cuMemFree_v2(ptr as u64) };
     }
 
-    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
         let device = self.pointer_info(ptr).map_or(0, |i| i.device.max(0));
         let _g = self.bind(device)?;
         // SAFETY: the caller's device range.

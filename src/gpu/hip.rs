@@ -6,7 +6,7 @@
 //! no AIS support, no P2P route) the bounce path takes over, as upstream
 //! hipFile does.
 
-use super::{DeviceGuard, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo};
+use super::{DeviceGuard, EventId, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use hip_sys::hiprt as hip;
 use std::ffi::c_void;
@@ -207,7 +207,7 @@ impl GpuRuntime for HipRuntime {
         }))
     }
 
-    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
         // SAFETY: src is a live slice; dst the caller's device range.
         check(
             unsafe {
@@ -222,7 +222,7 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
         // SAFETY: dst is a live mutable slice.
         check(
             unsafe {
@@ -237,7 +237,8 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        let stream = stream.0;
         let data = Box::into_raw(Box::new(f));
         // SAFETY: run_boxed owns data once the stream reaches it (the
         // runtime calls each callback exactly once); flags must be 0.
@@ -255,7 +256,8 @@ impl GpuRuntime for HipRuntime {
         Ok(())
     }
 
-    fn stream_synchronize(&self, stream: usize) -> Result<()> {
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
         // SAFETY: a stream handle (0: the null stream).
         check(
             unsafe { hip::hipStreamSynchronize(stream as hip::hipStream_t) },
@@ -288,12 +290,12 @@ impl GpuRuntime for HipRuntime {
         Ok(p as usize)
     }
 
-    fn free_pinned(&self, ptr: usize) {
+    unsafe fn free_pinned(&self, ptr: usize) {
         // SAFETY: from hipHostMalloc, freed once.
         unsafe { hip::hipHostFree(ptr as *mut c_void) };
     }
 
-    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+    unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         // SAFETY: the caller owns the range; flag 1 = hipHostRegisterPortable.
         check(
             unsafe { hip::hipHostRegister(ptr as *mut c_void, len, 1) },
@@ -301,12 +303,12 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn unregister_host(&self, ptr: usize) {
+    unsafe fn unregister_host(&self, ptr: usize) {
         // SAFETY: registered by register_host.
         unsafe { hip::hipHostUnregister(ptr as *mut c_void) };
     }
 
-    fn stream_create(&self, device: i32) -> Result<usize> {
+    fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _g = self.bind(device)?;
         let mut s: hip::hipStream_t = std::ptr::null_mut();
         // SAFETY: out-pointer; flag 1 = hipStreamNonBlocking.
@@ -314,10 +316,11 @@ impl GpuRuntime for HipRuntime {
             unsafe { hip::hipStreamCreateWithFlags(&mut s, 1) },
             "hipStreamCreateWithFlags",
         )?;
-        Ok(s as usize)
+        Ok(StreamId(s as usize))
     }
 
-    fn stream_destroy(&self, stream: usize) {
+    unsafe fn stream_destroy(&self, stream: StreamId) {
+        let stream = stream.0;
         // SAFETY: from stream_create, destroyed once.
         unsafe { hip::hipStreamDestroy(stream as hip::hipStream_t) };
     }
@@ -327,8 +330,9 @@ impl GpuRuntime for HipRuntime {
         dst: usize,
         src: *const u8,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
+        let stream = stream.0;
         // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
         check(
             unsafe {
@@ -348,8 +352,9 @@ impl GpuRuntime for HipRuntime {
         dst: *mut u8,
         src: usize,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
+        let stream = stream.0;
         // SAFETY: forwarded caller guarantees.
         check(
             unsafe {
@@ -364,17 +369,19 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn event_create(&self) -> Result<usize> {
+    fn event_create(&self) -> Result<EventId> {
         let mut e: hip::hipEvent_t = std::ptr::null_mut();
         // SAFETY: out-pointer; flag 2 = hipEventDisableTiming.
         check(
             unsafe { hip::hipEventCreateWithFlags(&mut e, 2) },
             "hipEventCreateWithFlags",
         )?;
-        Ok(e as usize)
+        Ok(EventId(e as usize))
     }
 
-    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
+    unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
+        let event = event.0;
         // SAFETY: handles from event_create / stream_create.
         check(
             unsafe { hip::hipEventRecord(event as hip::hipEvent_t, stream as hip::hipStream_t) },
@@ -382,7 +389,8 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn event_synchronize(&self, event: usize) -> Result<()> {
+    unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let event = event.0;
         // SAFETY: handle from event_create.
         check(
             unsafe { hip::hipEventSynchronize(event as hip::hipEvent_t) },
@@ -390,7 +398,8 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn event_destroy(&self, event: usize) {
+    unsafe fn event_destroy(&self, event: EventId) {
+        let event = event.0;
         // SAFETY: from event_create, destroyed once.
         unsafe { hip::hipEventDestroy(event as hip::hipEvent_t) };
     }
@@ -403,12 +412,12 @@ impl GpuRuntime for HipRuntime {
         Ok(p as usize)
     }
 
-    fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: usize) {
         // SAFETY: from device_alloc, freed once.
         unsafe { hip::hipFree(ptr as *mut c_void) };
     }
 
-    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
         // SAFETY: the caller's device range.
         check(
             unsafe { hip::hipMemset(ptr as *mut c_void, byte as i32, len) },

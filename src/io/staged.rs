@@ -221,7 +221,7 @@ impl Job<'_> {
             let slot = &lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
-            rt.event_synchronize(slot.event)?;
+            slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
             // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
@@ -235,9 +235,14 @@ impl Job<'_> {
                     // right after the copy, completes; the destination is
                     // inside the validated request.
                     unsafe {
-                        rt.copy_to_device_async(self.req.mem + m, slot.buf.ptr(), got, lane.stream)?
+                        rt.copy_to_device_async(
+                            self.req.mem + m,
+                            slot.buf.ptr(),
+                            got,
+                            lane.stream.id(),
+                        )?
                     };
-                    rt.event_record(slot.event, lane.stream)?;
+                    slot.event.record(&lane.stream)?;
                     prof.enqueue_ns += ns(t);
                     stats::record_read(self.src.path(), got);
                 }
@@ -246,7 +251,7 @@ impl Job<'_> {
             self.put(i, r, len);
         }
         let t = Instant::now();
-        rt.stream_synchronize(lane.stream)?;
+        lane.stream.synchronize()?;
         prof.wait_ns += ns(t);
         bounce_pool::add_profile(&prof);
         Ok(())
@@ -274,9 +279,14 @@ impl Job<'_> {
                 // SAFETY: this slab's previous write to the file finished
                 // (writes are synchronous), so the copy may overwrite it.
                 unsafe {
-                    rt.copy_from_device_async(slot.buf.ptr(), self.req.mem + m, len, lane.stream)?
+                    rt.copy_from_device_async(
+                        slot.buf.ptr(),
+                        self.req.mem + m,
+                        len,
+                        lane.stream.id(),
+                    )?
                 };
-                rt.event_record(slot.event, lane.stream)?;
+                slot.event.record(&lane.stream)?;
                 prof.enqueue_ns += ns(t);
                 queued.push_back((i, s));
             }
@@ -286,7 +296,7 @@ impl Job<'_> {
             let (off, len, _) = (self.bounds)(i);
             let slot = &lane.slots[s];
             let t = Instant::now();
-            rt.event_synchronize(slot.event)?;
+            slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
             // SAFETY: the slab holds len bytes copied from the device (its event completed).

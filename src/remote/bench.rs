@@ -332,9 +332,9 @@ fn read_with_handle(
         BenchMemory::Gpu { device } => {
             let rt = crate::gpu::runtime();
             let len = size.max(1);
-            let dev = crate::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
+            let mut dev = crate::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
             // Poisoned, so bytes that never arrived cannot pass the check.
-            rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
+            dev.fill(0xa5).map_err(to_remote)?;
             // SAFETY: a live device allocation of `len` bytes, freed after `buf`.
             let buf = unsafe { crate::Buffer::new(dev.ptr() as *mut u8, len, 0) };
             buf.register().map_err(to_remote)?;
@@ -355,8 +355,7 @@ fn read_with_handle(
             let mut off = 0usize;
             while off < total as usize {
                 let n = host.len().min(total as usize - off);
-                rt.copy_from_device(&mut host[..n], dev.ptr() + off)
-                    .map_err(to_remote)?;
+                dev.read(off, &mut host[..n]).map_err(to_remote)?;
                 sum = fnv(sum, &host[..n]);
                 off += n;
             }

@@ -34,13 +34,15 @@ impl Dev {
     /// `len` bytes, every one set to `byte`.
     pub fn filled(rt: &'static dyn GpuRuntime, len: usize, byte: u8) -> Dev {
         let d = Dev::new(rt, len);
-        rt.device_memset(d.ptr, byte, len).unwrap();
+        // SAFETY: the test's own live device allocation, in range.
+        unsafe { rt.device_memset(d.ptr, byte, len) }.unwrap();
         d
     }
     /// `n` bytes from offset `off`, copied to the host.
     pub fn fetch_at(&self, off: usize, n: usize) -> Vec<u8> {
         let mut v = vec![0u8; n];
-        self.rt.copy_from_device(&mut v, self.ptr + off).unwrap();
+        // SAFETY: the test's own live device allocation, in range.
+        unsafe { self.rt.copy_from_device(&mut v, self.ptr + off) }.unwrap();
         v
     }
     /// The whole allocation, copied to the host.
@@ -55,6 +57,7 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
+        // SAFETY: allocated by this test, freed once, no longer used.
+        unsafe { self.rt.device_free(self.ptr) };
     }
 }
