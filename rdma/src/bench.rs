@@ -111,6 +111,7 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
     // SAFETY: the buffers outlive the connections (dropped at the end of
     // this function, after `server` and `client` by declaration order).
     let sr = unsafe { server.register(server_buf.ptr(), span)? };
+    // SAFETY: as above, for the client buffer.
     let cr = unsafe { client.register(client_buf.ptr(), span)? };
     let desc = sr.descriptor();
     let blocks = spec.total_bytes.div_ceil(spec.block_size as u64);

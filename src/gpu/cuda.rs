@@ -169,8 +169,8 @@ impl CudaRuntime {
         check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
         if cur.is_null() {
             let ctx = self.context(0)?;
-            // SAFETY: ctx is a retained primary context.
             check(
+                // SAFETY: ctx is a retained primary context.
                 unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
                 "cuCtxSetCurrent",
             )?;
@@ -318,8 +318,8 @@ impl GpuRuntime for CudaRuntime {
     unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
         let stream = stream.0;
         self.ensure_context()?;
-        // SAFETY: stream is a CUstream handle (0: legacy default stream).
         check(
+            // SAFETY: stream is a CUstream handle (0: legacy default stream).
             unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) },
             "cuStreamSynchronize",
         )
@@ -366,8 +366,8 @@ impl GpuRuntime for CudaRuntime {
             return Ok(DeviceGuard::new(None));
         }
         let mut prev: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
         check(
+            // SAFETY: out-pointer to a local.
             unsafe { sys::cuCtxGetCurrent(&mut prev) },
             "cuCtxGetCurrent",
         )?;
@@ -375,8 +375,8 @@ impl GpuRuntime for CudaRuntime {
             BOUND.with(|b| b.set(ctx));
             return Ok(DeviceGuard::new(None));
         }
-        // SAFETY: ctx is a retained primary context.
         check(
+            // SAFETY: ctx is a retained primary context.
             unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
             "cuCtxSetCurrent",
         )?;
@@ -393,8 +393,8 @@ impl GpuRuntime for CudaRuntime {
     fn alloc_pinned(&self, len: usize) -> Result<usize> {
         self.ensure_context()?;
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; PORTABLE makes it pinned for every context.
         check(
+            // SAFETY: out-pointer to a local; PORTABLE makes it pinned for every context.
             unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) },
             "cuMemHostAlloc",
         )?;
@@ -411,8 +411,8 @@ impl GpuRuntime for CudaRuntime {
 
     unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         self.ensure_context()?;
-        // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
         check(
+            // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
             unsafe {
                 sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
             },
@@ -451,8 +451,8 @@ impl GpuRuntime for CudaRuntime {
         stream: StreamId,
     ) -> Result<()> {
         let stream = stream.0;
-        // SAFETY: forwarded caller guarantees.
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(dst as u64, src.cast(), len, stream as sys::CUstream)
             },
@@ -468,8 +468,8 @@ impl GpuRuntime for CudaRuntime {
         stream: StreamId,
     ) -> Result<()> {
         let stream = stream.0;
-        // SAFETY: forwarded caller guarantees.
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as u64, len, stream as sys::CUstream)
             },
@@ -480,8 +480,8 @@ impl GpuRuntime for CudaRuntime {
     fn event_create(&self) -> Result<EventId> {
         self.ensure_context()?;
         let mut e: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; flags as chosen in probe().
         check(
+            // SAFETY: out-pointer to a local; flags as chosen in probe().
             unsafe { sys::cuEventCreate(&mut e, self.event_flags) },
             "cuEventCreate",
         )?;
@@ -491,8 +491,8 @@ impl GpuRuntime for CudaRuntime {
     unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
         let stream = stream.0;
         let event = event.0;
-        // SAFETY: handles from event_create / stream_create.
         check(
+            // SAFETY: handles from event_create / stream_create.
             unsafe { sys::cuEventRecord(event as sys::CUevent, stream as sys::CUstream) },
             "cuEventRecord",
         )
@@ -500,8 +500,8 @@ impl GpuRuntime for CudaRuntime {
 
     unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
         let event = event.0;
-        // SAFETY: handle from event_create.
         check(
+            // SAFETY: handle from event_create.
             unsafe { sys::cuEventSynchronize(event as sys::CUevent) },
             "cuEventSynchronize",
         )
@@ -516,8 +516,8 @@ impl GpuRuntime for CudaRuntime {
     fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
         let _g = self.bind(device)?;
         let mut p: u64 = 0;
-        // SAFETY: out-pointer to a local.
         check(
+            // SAFETY: out-pointer to a local.
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
@@ -535,14 +535,14 @@ impl GpuRuntime for CudaRuntime {
     unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
         let device = self.pointer_info(ptr).map_or(0, |i| i.device.max(0));
         let _g = self.bind(device)?;
-        // SAFETY: the caller's device range.
         check(
+            // SAFETY: the caller's device range.
             unsafe { sys::cuMemsetD8_v2(ptr as u64, byte, len) },
             "cuMemsetD8",
         )?;
         // The memset is asynchronous to the host: finish it before returning.
-        // SAFETY: the legacy default stream of the bound context.
         check(
+            // SAFETY: the legacy default stream of the bound context.
             unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
             "cuStreamSynchronize",
         )

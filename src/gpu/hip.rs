@@ -208,8 +208,8 @@ impl GpuRuntime for HipRuntime {
     }
 
     unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
-        // SAFETY: src is a live slice; dst the caller's device range.
         check(
+            // SAFETY: src is a live slice; dst the caller's device range.
             unsafe {
                 hip::hipMemcpy(
                     dst as *mut c_void,
@@ -223,8 +223,8 @@ impl GpuRuntime for HipRuntime {
     }
 
     unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
-        // SAFETY: dst is a live mutable slice.
         check(
+            // SAFETY: dst is a live mutable slice.
             unsafe {
                 hip::hipMemcpy(
                     dst.as_mut_ptr().cast(),
@@ -258,8 +258,8 @@ impl GpuRuntime for HipRuntime {
 
     unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
         let stream = stream.0;
-        // SAFETY: a stream handle (0: the null stream).
         check(
+            // SAFETY: a stream handle (0: the null stream).
             unsafe { hip::hipStreamSynchronize(stream as hip::hipStream_t) },
             "hipStreamSynchronize",
         )
@@ -282,8 +282,8 @@ impl GpuRuntime for HipRuntime {
 
     fn alloc_pinned(&self, len: usize) -> Result<usize> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 1 = hipHostMallocPortable.
         check(
+            // SAFETY: out-pointer; flag 1 = hipHostMallocPortable.
             unsafe { hip::hipHostMalloc(&mut p, len.max(1), 1) },
             "hipHostMalloc",
         )?;
@@ -296,8 +296,8 @@ impl GpuRuntime for HipRuntime {
     }
 
     unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
-        // SAFETY: the caller owns the range; flag 1 = hipHostRegisterPortable.
         check(
+            // SAFETY: the caller owns the range; flag 1 = hipHostRegisterPortable.
             unsafe { hip::hipHostRegister(ptr as *mut c_void, len, 1) },
             "hipHostRegister",
         )
@@ -311,8 +311,8 @@ impl GpuRuntime for HipRuntime {
     fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _g = self.bind(device)?;
         let mut s: hip::hipStream_t = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 1 = hipStreamNonBlocking.
         check(
+            // SAFETY: out-pointer; flag 1 = hipStreamNonBlocking.
             unsafe { hip::hipStreamCreateWithFlags(&mut s, 1) },
             "hipStreamCreateWithFlags",
         )?;
@@ -333,8 +333,8 @@ impl GpuRuntime for HipRuntime {
         stream: StreamId,
     ) -> Result<()> {
         let stream = stream.0;
-        // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
         check(
+            // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
             unsafe {
                 hip::hipMemcpyHtoDAsync(
                     dst as hip::hipDeviceptr_t,
@@ -355,8 +355,8 @@ impl GpuRuntime for HipRuntime {
         stream: StreamId,
     ) -> Result<()> {
         let stream = stream.0;
-        // SAFETY: forwarded caller guarantees.
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 hip::hipMemcpyDtoHAsync(
                     dst.cast(),
@@ -371,8 +371,8 @@ impl GpuRuntime for HipRuntime {
 
     fn event_create(&self) -> Result<EventId> {
         let mut e: hip::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 2 = hipEventDisableTiming.
         check(
+            // SAFETY: out-pointer; flag 2 = hipEventDisableTiming.
             unsafe { hip::hipEventCreateWithFlags(&mut e, 2) },
             "hipEventCreateWithFlags",
         )?;
@@ -382,8 +382,8 @@ impl GpuRuntime for HipRuntime {
     unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
         let stream = stream.0;
         let event = event.0;
-        // SAFETY: handles from event_create / stream_create.
         check(
+            // SAFETY: handles from event_create / stream_create.
             unsafe { hip::hipEventRecord(event as hip::hipEvent_t, stream as hip::hipStream_t) },
             "hipEventRecord",
         )
@@ -391,8 +391,8 @@ impl GpuRuntime for HipRuntime {
 
     unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
         let event = event.0;
-        // SAFETY: handle from event_create.
         check(
+            // SAFETY: handle from event_create.
             unsafe { hip::hipEventSynchronize(event as hip::hipEvent_t) },
             "hipEventSynchronize",
         )
@@ -418,13 +418,13 @@ impl GpuRuntime for HipRuntime {
     }
 
     unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
-        // SAFETY: the caller's device range.
         check(
+            // SAFETY: the caller's device range.
             unsafe { hip::hipMemset(ptr as *mut c_void, byte as i32, len) },
             "hipMemset",
         )?;
-        // SAFETY: plain call.
         check(
+            // SAFETY: plain call.
             unsafe { hip::hipDeviceSynchronize() },
             "hipDeviceSynchronize",
         )

@@ -435,7 +435,8 @@ enum Pinning {
     /// The runtime's pinned allocator.
     Alloc,
     /// An anonymous mapping registered with the runtime.
-    Registered(hipfs_sys::mem::AnonMap),
+    /// Kept only to be unmapped (after unregistering) when dropped.
+    Registered { _map: hipfs_sys::mem::AnonMap },
 }
 
 /// Pinned (page-locked) host memory, unpinned and freed when dropped.
@@ -483,7 +484,7 @@ impl PinnedHost {
             rt,
             ptr,
             len: map.len(),
-            pinning: Pinning::Registered(map),
+            pinning: Pinning::Registered { _map: map },
         })
     }
     /// The first byte.
@@ -509,7 +510,7 @@ impl Drop for PinnedHost {
             Pinning::Alloc => unsafe { self.rt.free_pinned(addr) },
             // SAFETY: registered in map_and_register(); the map itself is
             // unmapped after this, when the field drops.
-            Pinning::Registered(_) => unsafe { self.rt.unregister_host(addr) },
+            Pinning::Registered { .. } => unsafe { self.rt.unregister_host(addr) },
         }
     }
 }

@@ -99,7 +99,7 @@ impl PosixFile {
             ));
         }
         let acc = fl & libc::O_ACCMODE;
-        let magic = hipfs_sys::fs::fstatfs(fd).map_or(0, |sfs| sfs.f_type as i64);
+        let magic = hipfs_sys::fs::fstatfs(fd).map_or(0, |sfs| sfs.f_type);
         let fs_name = fs_name(magic);
         let buffered = match reopen(fd, acc) {
             Ok(f) => f,
