@@ -371,10 +371,13 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
         .map(|i| h.read(&mut mem[i * 4096..], 1024, i))
         .collect();
     // SAFETY (every submit below): mem outlives the I/O; the batch is dropped first.
+    // SAFETY: as the comment above says.
     let err = unsafe { batch.submit(&ops, 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
+    // SAFETY: mem outlives the I/O; the batch is dropped first.
     unsafe { batch.submit(&ops[..4], 0) }.unwrap();
     // The four are in flight (held at the gate): one more does not fit.
+    // SAFETY: as above.
     let err = unsafe { batch.submit(&ops[4..], 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
     gate.release();
@@ -385,8 +388,10 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
     for (i, o) in ops2.iter_mut().enumerate() {
         o.cookie = 10 + i;
     }
+    // SAFETY: as above.
     let err = unsafe { batch.submit(&ops2[..3], 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
+    // SAFETY: as above.
     unsafe { batch.submit(&ops2[..2], 0) }.unwrap();
     let rest = batch.get_status(4, 4, None).unwrap();
     let all: Vec<IoEvent> = first.into_iter().chain(rest).collect();
@@ -469,6 +474,7 @@ fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
     // The refused submits took no slots: the full good set still fits twice over.
     // SAFETY: mem outlives the batch: the events are collected below.
     unsafe { batch.submit(&good, 0) }.unwrap();
+    // SAFETY: as above.
     unsafe { batch.submit(&good, 0) }.unwrap();
     let ev = batch.get_status(16, 16, None).unwrap();
     assert!(ev.iter().all(|e| e.status == Status::Complete));
@@ -617,6 +623,7 @@ fn cancel_stops_queued_operations_and_waits_for_running_ones() {
         );
     }
     // After cancel the batch is reusable.
+    // SAFETY: as above.
     unsafe { batch.submit(&ops[..1], 0) }.unwrap();
     assert_eq!(
         batch.get_status(1, 1, None).unwrap()[0].status,
@@ -644,6 +651,7 @@ fn the_c_style_id_functions_drive_the_same_batches() {
     assert_eq!(batch_destroy(id).unwrap_err().op(), OpError::InvalidValue);
     // SAFETY: refused before any I/O.
     assert_eq!(
+        // SAFETY: refused before any I/O.
         unsafe { batch_submit(id, &ops, 0) }.unwrap_err().op(),
         OpError::InvalidValue
     );
@@ -844,6 +852,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let stream_s = TestStream::new(0xA5_0005);
     let stream = stream_s.0;
     // SAFETY (all calls): refused before anything is enqueued.
+    // SAFETY: refused before anything is enqueued.
     let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
     assert_eq!(err.op(), OpError::InvalidValue);
     for flags in [0x10, 0x1f, u32::MAX] {
@@ -867,6 +876,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let mut out = 0isize;
     let h = fh.handle().unwrap();
     let p = mem_ptr(&buf);
+    // SAFETY: as above.
     unsafe {
         assert_eq!(
             read_async(h, p, std::ptr::null(), &off, &off, &mut out, stream)
@@ -894,6 +904,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
         );
     }
     stream_deregister(stream).unwrap();
+    // SAFETY: as above.
     let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
     assert_eq!(
         err.op(),
