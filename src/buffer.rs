@@ -16,9 +16,13 @@ const VALID_FLAGS: i32 = RDMA_REGISTER | RDMA_RELAXED_ORDERING;
 /// A registration held by the driver.
 #[derive(Debug)]
 pub struct RegisteredBuffer {
+    /// First byte.
     pub base: usize,
+    /// Length in bytes.
     pub len: usize,
+    /// Registration flags.
     pub flags: i32,
+    /// What the runtime knows of the memory.
     pub info: PointerInfo,
     /// The RDMA descriptor string, set by the transport when the buffer is
     /// registered with one (UserspaceFs path).

@@ -45,9 +45,13 @@ pub enum FileBackend {
 
 /// A file registered with the driver.
 pub struct RegisteredFile {
+    /// The handle id.
     pub id: u64,
+    /// The descriptor the user registered.
     pub user_fd: RawFd,
+    /// The handle type.
     pub kind: FileHandleType,
+    /// How its I/O is done.
     pub backend: FileBackend,
 }
 

@@ -115,26 +115,32 @@ impl AsyncArgs {
         })
     }
 
+    /// Sets the size slot.
     pub fn set_size(&self, v: usize) {
         self.size.store(v, Ordering::Release);
     }
 
+    /// Sets the file-offset slot.
     pub fn set_file_offset(&self, v: i64) {
         self.file_offset.store(v, Ordering::Release);
     }
 
+    /// Sets the buffer-offset slot.
     pub fn set_buffer_offset(&self, v: i64) {
         self.buffer_offset.store(v, Ordering::Release);
     }
 
+    /// The size slot.
     pub fn size(&self) -> usize {
         self.size.load(Ordering::Acquire)
     }
 
+    /// The file-offset slot.
     pub fn file_offset(&self) -> i64 {
         self.file_offset.load(Ordering::Acquire)
     }
 
+    /// The buffer-offset slot.
     pub fn buffer_offset(&self) -> i64 {
         self.buffer_offset.load(Ordering::Acquire)
     }

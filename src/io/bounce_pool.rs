@@ -190,6 +190,7 @@ static RETURNED: Condvar = Condvar::new();
 /// Lanes lent to one request; they go back to the pool on drop.
 pub struct Lanes {
     rt: &'static dyn GpuRuntime,
+    /// The lanes, one per worker.
     pub lanes: Vec<Mutex<Lane>>,
 }
 
@@ -283,9 +284,13 @@ impl Lanes {
 /// a slab or finish, and enqueueing copies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Profile {
+    /// Reading the file into slabs.
     pub file_ns: u64,
+    /// Waiting for the GPU.
     pub wait_ns: u64,
+    /// Enqueueing copies.
     pub enqueue_ns: u64,
+    /// Chunks moved.
     pub chunks: u64,
 }
 

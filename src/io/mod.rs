@@ -18,17 +18,22 @@ use crate::userspace::UserspaceBuf;
 /// Direction of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
+    /// File to memory.
     Read,
+    /// Memory to file.
     Write,
 }
 
 /// A validated request.
 #[derive(Debug, Clone, Copy)]
 pub struct Request {
+    /// Read or write.
     pub dir: Dir,
     /// First byte of the destination (read) or source (write) memory.
     pub mem: usize,
+    /// Bytes to move.
     pub size: usize,
+    /// Offset in the file.
     pub file_offset: u64,
 }
 

@@ -17,8 +17,11 @@ use super::RemoteError;
 /// One row of the result table.
 #[derive(Clone, Debug)]
 pub struct MountBenchRow {
+    /// The path measured.
     pub path: String,
+    /// Throughput.
     pub gib_per_s: f64,
+    /// Throughput over the reference row.
     pub ratio: f64,
 }
 
@@ -29,6 +32,7 @@ pub struct MountBenchOptions {
     pub file: PathBuf,
     /// Creates the file with this many bytes of pseudo-random data first when it is missing.
     pub create_size: Option<u64>,
+    /// Runs per row.
     pub repeats: usize,
     /// How the FUSE mount is set up (`-o` of the bench).
     pub mount: MountOptions,
@@ -284,7 +288,10 @@ pub enum BenchMemory {
     Host,
     /// Device memory of GPU `device` holding the whole file (each call at
     /// its own buffer offset), checked after the timed read.
-    Gpu { device: i32 },
+    Gpu {
+        /// The GPU's ordinal.
+        device: i32,
+    },
 }
 
 /// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls

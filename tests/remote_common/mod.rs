@@ -25,6 +25,7 @@ pub fn fuse_missing() -> Option<String> {
     None
 }
 
+/// Returns early from a test when FUSE is missing (see `fuse_missing`).
 #[macro_export]
 macro_rules! require_fuse {
     () => {

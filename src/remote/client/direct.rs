@@ -27,11 +27,15 @@ use crate::userspace::{UserspaceBuf, UserspaceFs};
 /// What the mount tells a process about an open file (the identify ioctl's payload).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
+    /// The server's `host:port`.
     pub server: String,
+    /// The exported directory on the server.
     pub export: String,
     /// Path relative to the export.
     pub path: Vec<u8>,
+    /// Inode number the server reported.
     pub ino: u64,
+    /// Token file of the mount, if any.
     pub token_file: Option<PathBuf>,
     /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
     pub transport: TransportKind,
@@ -74,6 +78,7 @@ impl FileIdentity {
         s.into_bytes()
     }
 
+    /// Parses an identify payload (`None`: not one of ours).
     pub fn decode(b: &[u8]) -> Option<FileIdentity> {
         let s = std::str::from_utf8(b).ok()?;
         let mut lines = s.lines();

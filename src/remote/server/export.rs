@@ -104,6 +104,7 @@ impl Export {
         }
     }
 
+    /// The entry at `rel` (empty: the root).
     pub fn lookup(&self, rel: &[u8]) -> Result<Entry, Errno> {
         let st = if rel.is_empty() {
             stat_fd(self.root_fd())?
@@ -119,6 +120,7 @@ impl Export {
         Ok(self.attr(&stat_fd(fd)?))
     }
 
+    /// Changes what `set` names; returns the new attributes.
     pub fn setattr(
         &self,
         rel: &[u8],
@@ -217,24 +219,28 @@ impl Export {
         Ok(out)
     }
 
+    /// Makes a directory.
     pub fn mkdir(&self, rel: &[u8], mode: u32) -> Result<Entry, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         sysfs::mkdirat(dir.as_fd(), &name, mode & 0o7777).errno()?;
         Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// Removes a file or (with `is_dir`) an empty directory.
     pub fn remove(&self, rel: &[u8], is_dir: bool) -> Result<(), Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
         sysfs::unlinkat(dir.as_fd(), &name, flags).errno()
     }
 
+    /// Renames (`RENAME_*` flags).
     pub fn rename(&self, from: &[u8], to: &[u8], flags: u32) -> Result<(), Errno> {
         let (d1, n1) = open_parent(self.root_fd(), from)?;
         let (d2, n2) = open_parent(self.root_fd(), to)?;
         sysfs::renameat2(d1.as_fd(), &n1, d2.as_fd(), &n2, flags).errno()
     }
 
+    /// Makes a symbolic link to `target`.
     pub fn symlink(&self, rel: &[u8], target: &[u8]) -> Result<Entry, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let t = cstr(target)?;
@@ -244,6 +250,7 @@ impl Export {
         Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// The target of a symbolic link.
     pub fn readlink(&self, rel: &[u8]) -> Result<Vec<u8>, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
@@ -252,6 +259,7 @@ impl Export {
         Ok(buf)
     }
 
+    /// Makes a hard link.
     pub fn link(&self, from: &[u8], to: &[u8]) -> Result<Entry, Errno> {
         let (d1, n1) = open_parent(self.root_fd(), from)?;
         let (d2, n2) = open_parent(self.root_fd(), to)?;
@@ -260,6 +268,7 @@ impl Export {
         Ok(self.entry(&stat_at(d2.as_fd(), &n2)?))
     }
 
+    /// Makes a FIFO, socket or empty file (no device nodes).
     pub fn mknod(&self, rel: &[u8], mode: u32, rdev: u32) -> Result<Entry, Errno> {
         match mode & libc::S_IFMT {
             libc::S_IFIFO | libc::S_IFREG | libc::S_IFSOCK => {}
@@ -271,6 +280,7 @@ impl Export {
         Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// Filesystem statistics.
     pub fn statfs(&self, rel: &[u8]) -> Result<StatFs, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let s = sysfs::fstatfs(node.as_raw_fd()).errno()?;
@@ -297,6 +307,7 @@ impl Export {
         open_node(self.root_fd(), rel, flags & keep)
     }
 
+    /// Creates and opens a file.
     pub fn create(&self, rel: &[u8], mode: u32, flags: i32) -> Result<(Entry, OwnedFd), Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL;
@@ -304,6 +315,7 @@ impl Export {
         Ok((self.entry(&stat_fd(&fd)?), fd))
     }
 
+    /// An extended attribute's value.
     pub fn xattr_get(&self, rel: &[u8], name: &CStr) -> Result<Vec<u8>, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
@@ -313,6 +325,7 @@ impl Export {
         Ok(buf)
     }
 
+    /// The names of the extended attributes.
     pub fn xattr_list(&self, rel: &[u8]) -> Result<Vec<Vec<u8>>, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
@@ -325,6 +338,7 @@ impl Export {
             .collect())
     }
 
+    /// Sets an extended attribute.
     pub fn xattr_set(
         &self,
         rel: &[u8],
@@ -337,6 +351,7 @@ impl Export {
         xattr::set(&p, name, value, flags).errno()
     }
 
+    /// Removes an extended attribute.
     pub fn xattr_remove(&self, rel: &[u8], name: &CStr) -> Result<(), Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);

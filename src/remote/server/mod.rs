@@ -31,12 +31,17 @@ use session::Session;
 /// How a server runs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
+    /// The directory served.
     pub dir: PathBuf,
     /// `ip:port` to listen on (port 0 picks one).
     pub listen: String,
+    /// Refuse writes.
     pub read_only: bool,
+    /// Shared secret clients must prove.
     pub token: Option<Token>,
+    /// Which transport to listen on.
     pub transport: TransportKind,
+    /// Whose identity requests run as.
     pub policy: IdentityPolicy,
     /// Allow listening beyond loopback without a token.
     pub insecure: bool,
@@ -52,6 +57,7 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// Defaults for serving `dir` on `listen`.
     pub fn new(dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServeConfig {
         ServeConfig {
             dir: dir.into(),
