@@ -50,6 +50,7 @@ use std::time::Duration;
 
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
+pub use mem::OwnedRegion;
 pub use region::LocalRegion;
 
 /// Which transport to use.

@@ -114,7 +114,7 @@ fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64)
                     offset: total,
                     len: MAX_IO as u32,
                     dest: Some(ReadDest {
-                        region: buf.region.descriptor(),
+                        region: buf.region().descriptor(),
                         offset: 0,
                     }),
                 },

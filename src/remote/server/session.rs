@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hipfs_rdma::{Connection, LocalRegion};
+use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
 use super::creds::become_user;
@@ -16,11 +16,7 @@ use hipfs_sys::io::{pread_full, pwrite_all};
 
 /// A staging buffer registered on one connection: the source of
 /// `write_remote` for reads that name a destination region.
-struct Staging {
-    // Declared first so it is dropped (deregistered) before the memory goes.
-    region: Arc<LocalRegion>,
-    mem: Box<[u8]>,
-}
+type Staging = OwnedRegion;
 
 /// Most staging buffers kept per connection, per size class.
 const MAX_STAGING: usize = 16;
@@ -83,18 +79,14 @@ impl Session {
         if let Some(s) = pool.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(s);
         }
-        let mut mem = vec![0u8; size].into_boxed_slice();
-        // SAFETY: `mem` is valid writable memory owned by the Staging that
-        // also owns the region, and the region is dropped first.
-        let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| {
+        OwnedRegion::new(self.conn.as_ref(), size).map_err(|e| {
             log::warn!("cannot register staging memory: {e}");
             libc::ENOMEM
-        })?;
-        Ok(Staging { region, mem })
+        })
     }
 
     fn put_staging(&self, s: Staging) {
-        let (pool, _, keep) = self.pool(s.region.len());
+        let (pool, _, keep) = self.pool(s.len());
         let mut v = pool.lock().unwrap_or_else(|p| p.into_inner());
         if v.len() < keep {
             v.push(s);
@@ -218,12 +210,12 @@ impl Session {
                 let mut staging = self.take_staging(len)?;
                 // The staging memory is ours, at least `len` bytes long
                 // (take_staging), and no one else uses it while we hold it.
-                let buf = &mut staging.mem[..len];
+                let buf = &mut staging.bytes_mut()[..len];
                 let result = pread_full(f.as_fd(), buf, offset).errno().and_then(|n| {
                     if n > 0 {
                         let (conn, src, dst, at) = (
                             self.conn.clone(),
-                            staging.region.clone(),
+                            staging.region().clone(),
                             d.region,
                             d.offset,
                         );
