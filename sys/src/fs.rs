@@ -306,3 +306,39 @@ pub fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: the kernel returned a new descriptor that nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(d) })
 }
+
+/// An `_IOR` ioctl that reads into `buf`: the size encoded in `request`
+/// must equal `buf.len()` and its direction must be read, else `EINVAL`
+/// before any call (so the kernel's copy-out, bounded by that size,
+/// stays inside `buf`). Returns the ioctl's value.
+pub fn ioctl_read(fd: RawFd, request: u32, buf: &mut [u8]) -> io::Result<i32> {
+    const IOC_READ: u32 = 2;
+    let dir = request >> 30;
+    let size = ((request >> 16) & 0x3fff) as usize;
+    if dir != IOC_READ || size != buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the request's encoded size is exactly `buf.len()` (checked
+    // above), so the kernel writes only inside `buf`, which lives across
+    // the call.
+    cvt(unsafe { libc::ioctl(fd, request as _, buf.as_mut_ptr()) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ioctl_read_refuses_a_buffer_of_another_size_than_encoded() {
+        // _IOR('H', 1, char[4096]).
+        let req = 0x9000_4801;
+        let e = super::ioctl_read(0, req, &mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn ioctl_read_refuses_a_write_direction_request() {
+        // _IOW('H', 1, char[16]): direction 1.
+        let req = 0x4010_4801;
+        let e = super::ioctl_read(0, req, &mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+}
