@@ -63,6 +63,18 @@ pub unsafe fn recv_exact(fd: RawFd, mut ptr: *mut u8, mut len: usize) -> io::Res
     Ok(())
 }
 
+/// Writes all of `b` (see [`send_all`]).
+pub fn send_bytes(fd: RawFd, b: &[u8], more: bool) -> io::Result<()> {
+    // SAFETY: `b` is readable for its length for the whole call.
+    unsafe { send_all(fd, b.as_ptr(), b.len(), more) }
+}
+
+/// Fills all of `b` from the socket (see [`recv_exact`]).
+pub fn recv_bytes(fd: RawFd, b: &mut [u8]) -> io::Result<()> {
+    // SAFETY: `b` is writable for its length for the whole call.
+    unsafe { recv_exact(fd, b.as_mut_ptr(), b.len()) }
+}
+
 /// Reads into a fixed-size array.
 pub fn recv_array<const N: usize>(fd: RawFd) -> io::Result<[u8; N]> {
     let mut b = [0u8; N];

@@ -24,8 +24,7 @@ impl Shared {
                     let mut h = Header::new(FrameKind::Msg);
                     h.len = m.len() as u64;
                     send_header(fd, &h, !m.is_empty())?;
-                    // SAFETY: m is an owned buffer of m.len() bytes.
-                    unsafe { sock::send_all(fd, m.as_ptr(), m.len(), false)? };
+                    sock::send_bytes(fd, &m, false)?;
                 }
                 Job::Write { hdr, slot, local } => {
                     let guard = slot.lock();
@@ -125,9 +124,7 @@ impl Shared {
         match h.kind {
             FrameKind::Msg => {
                 let mut m = vec![0u8; h.len as usize];
-                // SAFETY: m has h.len writable bytes.
-                unsafe { sock::recv_exact(fd, m.as_mut_ptr(), m.len()) }
-                    .map_err(io_to_disconnect)?;
+                sock::recv_bytes(fd, &mut m).map_err(io_to_disconnect)?;
                 let _ = self.msg_tx.send(m);
             }
             FrameKind::Write => {
