@@ -1008,15 +1008,19 @@ impl DeviceMem {
             eprintln!("skipped: no GPU (run with HIPFS_TEST_GPU=1 on the GPU machine)");
             return None;
         }
-        let ptr = rt.device_alloc(0, len).unwrap();
+        let ptr = rt.device_alloc(0, len).unwrap().addr();
         // SAFETY: the allocation just made, `len` bytes.
-        unsafe { rt.device_memset(ptr, poison, len) }.unwrap();
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(ptr), poison, len) }.unwrap();
         Some(DeviceMem { ptr, len })
     }
     fn to_host(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
         // SAFETY: `len` bytes of the live allocation.
-        unsafe { hipfs::gpu::runtime().copy_from_device(&mut v, self.ptr) }.unwrap();
+        unsafe {
+            hipfs::gpu::runtime()
+                .copy_from_device(&mut v, hipfs::gpu::DevicePtr::from_addr(self.ptr))
+        }
+        .unwrap();
         v
     }
 }
@@ -1024,7 +1028,7 @@ impl DeviceMem {
 impl Drop for DeviceMem {
     fn drop(&mut self) {
         // SAFETY: allocated in new(), freed only here.
-        unsafe { hipfs::gpu::runtime().device_free(self.ptr) };
+        unsafe { hipfs::gpu::runtime().device_free(hipfs::gpu::DevicePtr::from_addr(self.ptr)) };
     }
 }
 

@@ -56,7 +56,8 @@ fn round_trips(
         let size = 1 + rng.pick(dev.len - boff - 1);
         let off = rng.pick(FILE_LEN - 1);
         // SAFETY: the test's own live device allocation, in range.
-        unsafe { rt.device_memset(dev.ptr, 0xA5, dev.len) }.unwrap();
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }
+            .unwrap();
         let got = fh.read(&buf, size, off as i64, boff as i64).unwrap();
         let want = size.min(FILE_LEN - off);
         assert_eq!(
@@ -122,7 +123,7 @@ fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, FILE_LEN);
     // SAFETY: the test's own live device allocation, in range.
-    unsafe { rt.device_memset(dev.ptr, 0xA5, dev.len) }.unwrap();
+    unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }.unwrap();
     let buf = dev.buffer();
     buf.register().unwrap();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
@@ -162,7 +163,7 @@ fn device_writes_at_random_offsets_land_in_the_file() {
     let src = pattern(16 << 20, 15);
     let dev = Dev::new(rt, src.len());
     // SAFETY: the test's own live device allocation, in range.
-    unsafe { rt.copy_to_device(dev.ptr, &src) }.unwrap();
+    unsafe { rt.copy_to_device(hipfs::gpu::DevicePtr::from_addr(dev.ptr), &src) }.unwrap();
     let buf = dev.buffer();
     buf.register().unwrap();
     let mut fh = FileHandle::new(&path, libc::O_RDWR, 0, FileHandleType::OpaqueFd);
@@ -200,7 +201,7 @@ fn reads_past_the_end_of_file_stop_short_into_device_memory() {
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, 8 << 20);
     // SAFETY: the test's own live device allocation, in range.
-    unsafe { rt.device_memset(dev.ptr, 0xA5, dev.len) }.unwrap();
+    unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }.unwrap();
     let buf = dev.buffer();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();

@@ -179,7 +179,10 @@ impl Bench<'_> {
             let n = (self.size - off).min(piece);
             let host = &mut self.stage.slice()[..n];
             // SAFETY: off + n <= size, the device allocation's length.
-            unsafe { self.rt.copy_from_device(host, self.dev.ptr() + off)? };
+            unsafe {
+                self.rt
+                    .copy_from_device(host, self.dev.device_ptr().add(off))?
+            };
             got.extend(hash_parallel(host));
             off += n;
         }
@@ -201,7 +204,10 @@ impl Bench<'_> {
 
     fn poison(&self) -> Result<()> {
         // SAFETY: the whole allocation, which the benchmark owns.
-        unsafe { self.rt.device_memset(self.dev.ptr(), 0xA5, self.size) }
+        unsafe {
+            self.rt
+                .device_memset(self.dev.device_ptr(), 0xA5, self.size)
+        }
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
@@ -217,10 +223,10 @@ impl Bench<'_> {
             let r = unsafe {
                 if to_device {
                     self.rt
-                        .copy_to_device_async(self.dev.ptr() + off, src, n, stream)
+                        .copy_to_device_async(self.dev.device_ptr().add(off), src, n, stream)
                 } else {
                     self.rt
-                        .copy_from_device_async(src, self.dev.ptr() + off, n, stream)
+                        .copy_from_device_async(src, self.dev.device_ptr().add(off), n, stream)
                 }
             };
             if let Err(e) = r {
@@ -256,7 +262,7 @@ impl Bench<'_> {
             // SAFETY: off + n <= size, the device allocation's length.
             unsafe {
                 self.rt
-                    .copy_to_device(self.dev.ptr() + off, &host[..got.min(n)])?
+                    .copy_to_device(self.dev.device_ptr().add(off), &host[..got.min(n)])?
             };
             off += got;
         }
@@ -276,7 +282,10 @@ impl Bench<'_> {
             let n = (self.size - off).min(CHUNK);
             let host = &mut self.stage.slice()[..n];
             // SAFETY: off + n <= size, the device allocation's length.
-            unsafe { self.rt.copy_from_device(host, self.dev.ptr() + off)? };
+            unsafe {
+                self.rt
+                    .copy_from_device(host, self.dev.device_ptr().add(off))?
+            };
             f.write_all_at(host, off as u64)?;
             off += n;
         }

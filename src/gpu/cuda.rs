@@ -3,7 +3,7 @@
 //! machine without any NVIDIA library. Every device is used through its
 //! primary context (the one the CUDA runtime API and the frameworks share).
 
-use super::{DeviceGuard, EventId, GpuRuntime, MemoryKind, PointerInfo, StreamId};
+use super::{DeviceGuard, DevicePtr, EventId, GpuRuntime, MemoryKind, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use cudarc::driver::sys;
 use std::cell::Cell;
@@ -278,7 +278,8 @@ impl GpuRuntime for CudaRuntime {
         }))
     }
 
-    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let dst = dst.0 as usize;
         let device = self.pointer_info(dst).map_or(0, |i| i.device.max(0));
         self.sync_copy(
             device,
@@ -288,7 +289,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let src = src.0 as usize;
         let device = self.pointer_info(src).map_or(0, |i| i.device.max(0));
         let len = dst.len();
         let ptr = dst.as_mut_ptr();
@@ -445,11 +447,12 @@ impl GpuRuntime for CudaRuntime {
 
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
         stream: StreamId,
     ) -> Result<()> {
+        let dst = dst.0 as usize;
         let stream = stream.0;
         check(
             // SAFETY: forwarded caller guarantees.
@@ -463,10 +466,11 @@ impl GpuRuntime for CudaRuntime {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
         stream: StreamId,
     ) -> Result<()> {
+        let src = src.0 as usize;
         let stream = stream.0;
         check(
             // SAFETY: forwarded caller guarantees.
@@ -513,7 +517,7 @@ impl GpuRuntime for CudaRuntime {
         unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
     }
 
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _g = self.bind(device)?;
         let mut p: u64 = 0;
         check(
@@ -521,10 +525,11 @@ impl GpuRuntime for CudaRuntime {
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
-        Ok(p as usize)
+        Ok(DevicePtr(p as u64))
     }
 
-    unsafe fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: DevicePtr) {
+        let ptr = ptr.0 as usize;
         if self.ensure_context().is_err() {
             return;
         }
@@ -532,7 +537,8 @@ impl GpuRuntime for CudaRuntime {
         unsafe { sys::cuMemFree_v2(ptr as u64) };
     }
 
-    unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        let ptr = ptr.0 as usize;
         let device = self.pointer_info(ptr).map_or(0, |i| i.device.max(0));
         let _g = self.bind(device)?;
         check(

@@ -6,7 +6,9 @@
 //! no AIS support, no P2P route) the bounce path takes over, as upstream
 //! hipFile does.
 
-use super::{DeviceGuard, EventId, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo, StreamId};
+use super::{
+    DeviceGuard, DevicePtr, EventId, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo, StreamId,
+};
 use crate::error::{Error, OpError, Result};
 use hip_sys::hiprt as hip;
 use std::ffi::c_void;
@@ -207,7 +209,8 @@ impl GpuRuntime for HipRuntime {
         }))
     }
 
-    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let dst = dst.0 as usize;
         check(
             // SAFETY: src is a live slice; dst the caller's device range.
             unsafe {
@@ -222,7 +225,8 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let src = src.0 as usize;
         check(
             // SAFETY: dst is a live mutable slice.
             unsafe {
@@ -327,11 +331,12 @@ impl GpuRuntime for HipRuntime {
 
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
         stream: StreamId,
     ) -> Result<()> {
+        let dst = dst.0 as usize;
         let stream = stream.0;
         check(
             // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
@@ -350,10 +355,11 @@ impl GpuRuntime for HipRuntime {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
         stream: StreamId,
     ) -> Result<()> {
+        let src = src.0 as usize;
         let stream = stream.0;
         check(
             // SAFETY: forwarded caller guarantees.
@@ -404,20 +410,22 @@ impl GpuRuntime for HipRuntime {
         unsafe { hip::hipEventDestroy(event as hip::hipEvent_t) };
     }
 
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _g = self.bind(device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { hip::hipMalloc(&mut p, len.max(1)) }, "hipMalloc")?;
-        Ok(p as usize)
+        Ok(DevicePtr(p as u64))
     }
 
-    unsafe fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: DevicePtr) {
+        let ptr = ptr.0 as usize;
         // SAFETY: from device_alloc, freed once.
         unsafe { hip::hipFree(ptr as *mut c_void) };
     }
 
-    unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        let ptr = ptr.0 as usize;
         check(
             // SAFETY: the caller's device range.
             unsafe { hip::hipMemset(ptr as *mut c_void, byte as i32, len) },

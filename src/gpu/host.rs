@@ -2,7 +2,7 @@
 //! by one FIFO worker thread per stream value so stream-ordered async I/O
 //! keeps its ordering semantics without a GPU.
 
-use super::{GpuRuntime, PointerInfo, StreamId};
+use super::{DevicePtr, GpuRuntime, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Sender};
@@ -71,14 +71,14 @@ impl GpuRuntime for HostRuntime {
         None
     }
 
-    unsafe fn copy_to_device(&self, _dst: usize, _src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, _dst: DevicePtr, _src: &[u8]) -> Result<()> {
         Err(Error::new(
             OpError::HipMemoryTypeInvalid,
             "no GPU runtime: device copies are impossible",
         ))
     }
 
-    unsafe fn copy_from_device(&self, _dst: &mut [u8], _src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, _dst: &mut [u8], _src: DevicePtr) -> Result<()> {
         Err(Error::new(
             OpError::HipMemoryTypeInvalid,
             "no GPU runtime: device copies are impossible",

@@ -34,6 +34,28 @@ pub struct PointerInfo {
     pub device: i32,
 }
 
+/// A device address (`CUdeviceptr`/`hipDeviceptr_t`): never dereferenced
+/// on the host, and a type of its own so it cannot be passed where host
+/// memory or a handle is expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn add(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+    /// The address as an integer, where the API carries device and host
+    /// addresses alike (`Buffer`, `Request.mem`).
+    pub fn addr(self) -> usize {
+        self.0 as usize
+    }
+    /// A device address carried as an integer.
+    pub fn from_addr(addr: usize) -> DevicePtr {
+        DevicePtr(addr as u64)
+    }
+}
+
 /// A driver stream handle (`CUstream`/`hipStream_t` as an integer). Only a
 /// name: whoever holds one must know it is live (see [`Stream`] for an
 /// owning one).
@@ -63,12 +85,12 @@ pub trait GpuRuntime: Send + Sync {
     /// # Safety
     /// `dst..dst+src.len()` must be device memory of this runtime that
     /// nothing else uses during the copy.
-    unsafe fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()>;
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Copies device bytes to host memory, synchronously.
     ///
     /// # Safety
     /// `src..src+dst.len()` must be device memory of this runtime.
-    unsafe fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()>;
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
     /// Runs `f` when `stream` reaches this point (stream-ordered async I/O).
     ///
     /// # Safety
@@ -164,7 +186,7 @@ pub trait GpuRuntime: Send + Sync {
     /// be device memory of the stream's device; `stream` must be live.
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
         stream: StreamId,
@@ -180,7 +202,7 @@ pub trait GpuRuntime: Send + Sync {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
         stream: StreamId,
     ) -> Result<()> {
@@ -216,7 +238,7 @@ pub trait GpuRuntime: Send + Sync {
     }
     /// `len` bytes of device memory on `device` (tests and benchmarks); see
     /// [`DeviceAllocation`].
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _ = (device, len);
         Err(no_gpu())
     }
@@ -224,14 +246,14 @@ pub trait GpuRuntime: Send + Sync {
     ///
     /// # Safety
     /// `ptr` came from `device_alloc`, is freed once, and nothing uses it.
-    unsafe fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: DevicePtr) {
         let _ = ptr;
     }
     /// Sets `len` bytes of device memory to `byte`.
     ///
     /// # Safety
     /// `ptr..ptr+len` is device memory of this runtime nothing else uses.
-    unsafe fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
         let _ = (ptr, byte, len);
         Err(no_gpu())
     }
@@ -274,7 +296,7 @@ impl Drop for DeviceGuard {
 /// Device memory allocated through a runtime, freed when dropped.
 pub struct DeviceAllocation<'a> {
     rt: &'a dyn GpuRuntime,
-    ptr: usize,
+    ptr: DevicePtr,
     len: usize,
 }
 
@@ -284,8 +306,13 @@ impl<'a> DeviceAllocation<'a> {
         let ptr = rt.device_alloc(device, len)?;
         Ok(DeviceAllocation { rt, ptr, len })
     }
-    /// The device address of the first byte.
+    /// The device address of the first byte, as an integer (for
+    /// `Buffer::new` and other faces that carry addresses of any kind).
     pub fn ptr(&self) -> usize {
+        self.ptr.addr()
+    }
+    /// The device address of the first byte.
+    pub fn device_ptr(&self) -> DevicePtr {
         self.ptr
     }
     /// Bytes allocated.
@@ -306,13 +333,13 @@ impl<'a> DeviceAllocation<'a> {
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(off, dst.len())?;
         // SAFETY: the range lies inside this live allocation (checked above).
-        unsafe { self.rt.copy_from_device(dst, self.ptr + off) }
+        unsafe { self.rt.copy_from_device(dst, self.ptr.add(off)) }
     }
     /// Copies `src` into the allocation at offset `off`.
     pub fn write(&mut self, off: usize, src: &[u8]) -> Result<()> {
         self.check_range(off, src.len())?;
         // SAFETY: the range lies inside this allocation, borrowed mutably.
-        unsafe { self.rt.copy_to_device(self.ptr + off, src) }
+        unsafe { self.rt.copy_to_device(self.ptr.add(off), src) }
     }
     fn check_range(&self, off: usize, len: usize) -> Result<()> {
         match off.checked_add(len) {

@@ -19,7 +19,7 @@ use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, GpuRuntime};
+use crate::gpu::{self, DevicePtr, GpuRuntime};
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -236,7 +236,7 @@ impl Job<'_> {
                     // inside the validated request.
                     unsafe {
                         rt.copy_to_device_async(
-                            self.req.mem + m,
+                            DevicePtr::from_addr(self.req.mem + m),
                             slot.buf.ptr(),
                             got,
                             lane.stream.id(),
@@ -281,7 +281,7 @@ impl Job<'_> {
                 unsafe {
                     rt.copy_from_device_async(
                         slot.buf.ptr(),
-                        self.req.mem + m,
+                        DevicePtr::from_addr(self.req.mem + m),
                         len,
                         lane.stream.id(),
                     )?

@@ -27,7 +27,7 @@ impl Dev {
     pub fn new(rt: &'static dyn GpuRuntime, len: usize) -> Dev {
         Dev {
             rt,
-            ptr: rt.device_alloc(0, len).unwrap(),
+            ptr: rt.device_alloc(0, len).unwrap().addr(),
             len,
         }
     }
@@ -35,14 +35,18 @@ impl Dev {
     pub fn filled(rt: &'static dyn GpuRuntime, len: usize, byte: u8) -> Dev {
         let d = Dev::new(rt, len);
         // SAFETY: the test's own live device allocation, in range.
-        unsafe { rt.device_memset(d.ptr, byte, len) }.unwrap();
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(d.ptr), byte, len) }.unwrap();
         d
     }
     /// `n` bytes from offset `off`, copied to the host.
     pub fn fetch_at(&self, off: usize, n: usize) -> Vec<u8> {
         let mut v = vec![0u8; n];
         // SAFETY: the test's own live device allocation, in range.
-        unsafe { self.rt.copy_from_device(&mut v, self.ptr + off) }.unwrap();
+        unsafe {
+            self.rt
+                .copy_from_device(&mut v, hipfs::gpu::DevicePtr::from_addr(self.ptr + off))
+        }
+        .unwrap();
         v
     }
     /// The whole allocation, copied to the host.
@@ -58,6 +62,9 @@ impl Dev {
 impl Drop for Dev {
     fn drop(&mut self) {
         // SAFETY: allocated by this test, freed once, no longer used.
-        unsafe { self.rt.device_free(self.ptr) };
+        unsafe {
+            self.rt
+                .device_free(hipfs::gpu::DevicePtr::from_addr(self.ptr))
+        };
     }
 }
