@@ -181,7 +181,7 @@ impl Bench<'_> {
             // SAFETY: off + n <= size, the device allocation's length.
             unsafe {
                 self.rt
-                    .copy_from_device(host, self.dev.device_ptr().add(off))?
+                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
             };
             got.extend(hash_parallel(host));
             off += n;
@@ -223,10 +223,14 @@ impl Bench<'_> {
             let r = unsafe {
                 if to_device {
                     self.rt
-                        .copy_to_device_async(self.dev.device_ptr().add(off), src, n, stream)
+                        .copy_to_device_async(self.dev.device_ptr().offset(off), src, n, stream)
                 } else {
-                    self.rt
-                        .copy_from_device_async(src, self.dev.device_ptr().add(off), n, stream)
+                    self.rt.copy_from_device_async(
+                        src,
+                        self.dev.device_ptr().offset(off),
+                        n,
+                        stream,
+                    )
                 }
             };
             if let Err(e) = r {
@@ -262,7 +266,7 @@ impl Bench<'_> {
             // SAFETY: off + n <= size, the device allocation's length.
             unsafe {
                 self.rt
-                    .copy_to_device(self.dev.device_ptr().add(off), &host[..got.min(n)])?
+                    .copy_to_device(self.dev.device_ptr().offset(off), &host[..got.min(n)])?
             };
             off += got;
         }
@@ -284,7 +288,7 @@ impl Bench<'_> {
             // SAFETY: off + n <= size, the device allocation's length.
             unsafe {
                 self.rt
-                    .copy_from_device(host, self.dev.device_ptr().add(off))?
+                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
             };
             f.write_all_at(host, off as u64)?;
             off += n;

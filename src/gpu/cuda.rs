@@ -525,7 +525,7 @@ impl GpuRuntime for CudaRuntime {
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
-        Ok(DevicePtr(p as u64))
+        Ok(DevicePtr(p))
     }
 
     unsafe fn device_free(&self, ptr: DevicePtr) {

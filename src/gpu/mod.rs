@@ -42,7 +42,7 @@ pub struct DevicePtr(pub u64);
 
 impl DevicePtr {
     /// The address `bytes` further on.
-    pub fn add(self, bytes: usize) -> DevicePtr {
+    pub fn offset(self, bytes: usize) -> DevicePtr {
         DevicePtr(self.0 + bytes as u64)
     }
     /// The address as an integer, where the API carries device and host
@@ -333,13 +333,13 @@ impl<'a> DeviceAllocation<'a> {
     pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(off, dst.len())?;
         // SAFETY: the range lies inside this live allocation (checked above).
-        unsafe { self.rt.copy_from_device(dst, self.ptr.add(off)) }
+        unsafe { self.rt.copy_from_device(dst, self.ptr.offset(off)) }
     }
     /// Copies `src` into the allocation at offset `off`.
     pub fn write(&mut self, off: usize, src: &[u8]) -> Result<()> {
         self.check_range(off, src.len())?;
         // SAFETY: the range lies inside this allocation, borrowed mutably.
-        unsafe { self.rt.copy_to_device(self.ptr.add(off), src) }
+        unsafe { self.rt.copy_to_device(self.ptr.offset(off), src) }
     }
     fn check_range(&self, off: usize, len: usize) -> Result<()> {
         match off.checked_add(len) {
