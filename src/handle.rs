@@ -5,9 +5,9 @@ use crate::driver::{ensure_open, with_state};
 use crate::error::{Error, OpError, Result};
 use crate::io::posix::PosixFile;
 use crate::userspace::UserspaceFs;
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -208,16 +208,35 @@ impl FileHandle {
                 "OpaqueWin32 handles are not implemented",
             ));
         }
-        let cpath = CString::new(self.path.as_os_str().as_bytes())
-            .map_err(|_| Error::new(OpError::InvalidValue, "path contains a NUL byte"))?;
-        // The caller's flags and mode go to open(2) unchanged (std's
-        // OpenOptions would rewrite the access mode and creation flags).
-        let fd = hipfs_sys::fs::open(&cpath, self.flags, self.mode).map_err(|e| {
-            Error::system(
-                e.raw_os_error().unwrap_or(libc::EIO),
-                format!("open {}", self.path.display()),
-            )
-        })?;
+        if self.path.as_os_str().as_bytes().contains(&0) {
+            return Err(Error::new(
+                OpError::InvalidValue,
+                "path contains a NUL byte",
+            ));
+        }
+        // open(2) gets the caller's flags and mode as given: the access mode
+        // through read/write, everything else (O_CREAT, O_TRUNC, O_DIRECT,
+        // ...) through custom_flags; std adds O_CLOEXEC.
+        let acc = self.flags & libc::O_ACCMODE;
+        if acc == libc::O_ACCMODE {
+            return Err(Error::system(
+                libc::EINVAL,
+                format!("open {}: bad access mode", self.path.display()),
+            ));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+            .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+            .custom_flags(self.flags & !libc::O_ACCMODE)
+            .mode(self.mode)
+            .open(&self.path)
+            .map_err(|e| {
+                Error::system(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("open {}", self.path.display()),
+                )
+            })?;
+        let fd = OwnedFd::from(file);
         let id = handle_register(fd.as_raw_fd(), self.handle_type, None)
             .map_err(|e| e.with_context(self.path.display()))?;
         self.fd = Some(fd);
