@@ -105,12 +105,15 @@ pub enum Status {
 pub struct IoParams {
     /// A registered file handle id.
     pub handle: u64,
+    /// Read or write.
     pub opcode: Opcode,
     /// Start of the buffer (`devPtr_base`); registered or not.
     pub buf_base: usize,
     /// Offset into the buffer (`devPtr_offset`).
     pub buf_offset: i64,
+    /// Offset in the file.
     pub file_offset: i64,
+    /// Bytes to move.
     pub size: usize,
     /// Returned untouched in the operation's event.
     pub cookie: usize,
@@ -119,7 +122,9 @@ pub struct IoParams {
 /// `hipFileIOEvents_t`: the outcome of one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoEvent {
+    /// The operation's cookie.
     pub cookie: usize,
+    /// How it ended.
     pub status: Status,
     /// Bytes moved when `Complete`; `-errno` or `-OpError` when `Failed`; 0 when `Canceled`.
     pub ret: isize,

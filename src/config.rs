@@ -11,7 +11,7 @@ macro_rules! params {
         /// A parameter, with the C enumeration's ordinal.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[repr(u32)]
-        pub enum $ty { $($name,)* }
+        pub enum $ty { $(#[doc = concat!("`", stringify!($name), "`, as the C API names it.")] $name,)* }
         impl $ty {
             /// Every parameter in ordinal order.
             pub const ALL: &'static [$ty] = &[$($ty::$name,)*];
@@ -263,47 +263,77 @@ impl Config {
 /// `hipFileDriverProps_t`, sizes in KiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DriverProperties {
+    /// Major version.
     pub major_version: u32,
+    /// Minor version.
     pub minor_version: u32,
+    /// Reads up to this size poll instead of sleeping (KiB).
     pub poll_thresh_size: u64,
+    /// Largest single direct I/O (KiB).
     pub max_direct_io_size: u64,
+    /// Bits of `status_flags`.
     pub driver_status_flags: u32,
+    /// Bits of `control_flags`.
     pub driver_control_flags: u32,
+    /// Bits of `feature_flags`.
     pub feature_flags: u32,
+    /// Pinned bounce memory for all devices (KiB).
     pub max_device_cache_size: u64,
+    /// Bounce memory per buffer (KiB).
     pub per_buffer_cache_size: u64,
+    /// Largest pinned memory per device (KiB).
     pub max_device_pinned_mem_size: u64,
+    /// Most operations in one batch.
     pub max_batch_io_count: u32,
+    /// Batch timeout in milliseconds.
     pub max_batch_io_timeout_msecs: u32,
 }
 
 /// Driver status flag bits (`hipFileDriverStatusFlags_t`).
 pub mod status_flags {
+    /// Lustre supported.
     pub const LUSTRE: u32 = 0;
+    /// WekaFS supported.
     pub const WEKAFS: u32 = 1;
+    /// NFS supported.
     pub const NFS: u32 = 2;
+    /// GPFS supported.
     pub const GPFS: u32 = 3;
+    /// NVMe supported.
     pub const NVME: u32 = 4;
+    /// NVMe over fabrics supported.
     pub const NVMEOF: u32 = 5;
+    /// SCSI supported.
     pub const SCSI: u32 = 6;
+    /// ScaleFlux computational storage supported.
     pub const SCALEFLUX_CSD: u32 = 7;
+    /// NVMesh supported.
     pub const NVMESH: u32 = 8;
+    /// BeeGFS supported.
     pub const BEEGFS: u32 = 9;
+    /// NVMe peer-to-peer supported.
     pub const NVME_P2P: u32 = 11;
+    /// ScateFS supported.
     pub const SCATEFS: u32 = 12;
 }
 
 /// Control flag bits (`hipFileDriverControlFlags_t`).
 pub mod control_flags {
+    /// Poll for small reads.
     pub const USE_POLL_MODE: u32 = 0;
+    /// Fall back to compatibility mode.
     pub const ALLOW_COMPAT_MODE: u32 = 1;
 }
 
 /// Feature flag bits (`hipFileFeatureFlags_t`).
 pub mod feature_flags {
+    /// Dynamic routing.
     pub const DYN_ROUTING: u32 = 0;
+    /// Batch I/O.
     pub const BATCH_IO: u32 = 1;
+    /// Stream-ordered I/O.
     pub const STREAMS: u32 = 2;
+    /// Parallel I/O.
     pub const PARALLEL_IO: u32 = 3;
 }
 

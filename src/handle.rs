@@ -6,9 +6,9 @@ use crate::error::{Error, OpError, Result};
 use crate::io::{self, posix::PosixFile, Dir, FileBackend, Span};
 use crate::registry;
 use crate::userspace::UserspaceFs;
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -173,15 +173,35 @@ impl FileHandle {
                 "OpaqueWin32 handles are not implemented",
             ));
         }
-        let cpath = CString::new(self.path.as_os_str().as_bytes())
-            .map_err(|_| Error::new(OpError::InvalidValue, "path contains a NUL byte"))?;
-        // SAFETY: cpath is a valid NUL-terminated string; open has no other preconditions.
-        let raw = unsafe { libc::open(cpath.as_ptr(), self.flags | libc::O_CLOEXEC, self.mode) };
-        if raw < 0 {
-            return Err(Error::last_os(format!("open {}", self.path.display())));
+        if self.path.as_os_str().as_bytes().contains(&0) {
+            return Err(Error::new(
+                OpError::InvalidValue,
+                "path contains a NUL byte",
+            ));
         }
-        // SAFETY: raw is a freshly opened fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // open(2) gets the caller's flags and mode as given: the access mode
+        // through read/write, everything else (O_CREAT, O_TRUNC, O_DIRECT,
+        // ...) through custom_flags; std adds O_CLOEXEC.
+        let acc = self.flags & libc::O_ACCMODE;
+        if acc == libc::O_ACCMODE {
+            return Err(Error::system(
+                libc::EINVAL,
+                format!("open {}: bad access mode", self.path.display()),
+            ));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(acc == libc::O_RDONLY || acc == libc::O_RDWR)
+            .write(acc == libc::O_WRONLY || acc == libc::O_RDWR)
+            .custom_flags(self.flags & !libc::O_ACCMODE)
+            .mode(self.mode)
+            .open(&self.path)
+            .map_err(|e| {
+                Error::system(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("open {}", self.path.display()),
+                )
+            })?;
+        let fd = OwnedFd::from(file);
         let id = handle_register(fd.as_raw_fd(), self.handle_type, None)
             .map_err(|e| e.with_context(self.path.display()))?;
         self.fd = Some(fd);

@@ -51,7 +51,9 @@ pub use userspace::{UserspaceBuf, UserspaceFs};
 
 /// Library version (the hipFile 0.4 line).
 pub const VERSION_MAJOR: u32 = 0;
+/// Minor version of the hipFile API implemented.
 pub const VERSION_MINOR: u32 = 4;
+/// Patch version.
 pub const VERSION_PATCH: u32 = 0;
 
 /// `(major, minor, patch)` of the library.

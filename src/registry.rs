@@ -50,9 +50,13 @@ impl FileHandleType {
 
 /// A file registered with the driver.
 pub struct RegisteredFile {
+    /// The handle's id (the value behind `hipFileHandle_t`).
     pub id: u64,
+    /// The caller's fd it was registered for.
     pub user_fd: RawFd,
+    /// How it was registered.
     pub kind: FileHandleType,
+    /// How its bytes move.
     pub backend: FileBackend,
 }
 
@@ -69,9 +73,13 @@ impl std::fmt::Debug for RegisteredFile {
 /// A buffer registration held by the driver.
 #[derive(Debug)]
 pub struct RegisteredBuffer {
+    /// First byte.
     pub base: usize,
+    /// Length in bytes.
     pub len: usize,
+    /// Registration flags (`RDMA_REGISTER`, ...).
     pub flags: i32,
+    /// What the GPU runtime knows of the memory.
     pub info: PointerInfo,
     /// The RDMA descriptor string, set by the transport when the buffer is
     /// registered with one (UserspaceFs path).

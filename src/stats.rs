@@ -75,19 +75,28 @@ pub fn record_fallback() {
 /// Counters of one path.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathStats {
+    /// Bytes read.
     pub read_bytes: u64,
+    /// Reads.
     pub read_ops: u64,
+    /// Bytes written.
     pub write_bytes: u64,
+    /// Writes.
     pub write_ops: u64,
 }
 
 /// A snapshot of every counter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// O_DIRECT into the destination (or GPU peer-to-peer).
     pub direct: PathStats,
+    /// Through the page cache.
     pub buffered: PathStats,
+    /// Through pinned bounce buffers.
     pub staged: PathStats,
+    /// Through the remote client.
     pub remote: PathStats,
+    /// Times a path fell back to another.
     pub fallbacks: u64,
 }
 

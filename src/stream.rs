@@ -34,6 +34,7 @@
 use crate::batch::error_value;
 use crate::buffer::Buffer;
 use crate::error::{Error, OpError, Result};
+use crate::gpu::StreamId;
 use crate::handle::{FileHandle, RegisteredFile};
 use crate::io::Dir;
 use std::collections::HashMap;
@@ -114,26 +115,32 @@ impl AsyncArgs {
         })
     }
 
+    /// Sets the size slot.
     pub fn set_size(&self, v: usize) {
         self.size.store(v, Ordering::Release);
     }
 
+    /// Sets the file-offset slot.
     pub fn set_file_offset(&self, v: i64) {
         self.file_offset.store(v, Ordering::Release);
     }
 
+    /// Sets the buffer-offset slot.
     pub fn set_buffer_offset(&self, v: i64) {
         self.buffer_offset.store(v, Ordering::Release);
     }
 
+    /// The size slot.
     pub fn size(&self) -> usize {
         self.size.load(Ordering::Acquire)
     }
 
+    /// The file-offset slot.
     pub fn file_offset(&self) -> i64 {
         self.file_offset.load(Ordering::Acquire)
     }
 
+    /// The buffer-offset slot.
     pub fn buffer_offset(&self) -> i64 {
         self.buffer_offset.load(Ordering::Acquire)
     }
@@ -359,12 +366,17 @@ fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
         Some(w) if c.supported != Some(false) => w,
         _ => {
             drop(c);
-            return rt.launch_host_func(stream, Box::new(move || op.run_holding_stream()));
+            // SAFETY: `stream` is the caller's of read_async/write_async,
+            // whose contract includes a live stream of the active runtime.
+            return unsafe {
+                rt.launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
+            };
         }
     };
     if c.supported.is_none() {
         // Probe with a wait that already holds (the word is at `last`).
-        let ok = rt.stream_wait_value32(stream, word, last)?;
+        // SAFETY: as above for `stream`; `word` is pinned memory never freed.
+        let ok = unsafe { rt.stream_wait_value32(StreamId(stream), word, last)? };
         c.supported = Some(ok);
         if !ok {
             log::info!(
@@ -372,7 +384,11 @@ fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
                 rt.name()
             );
             drop(c);
-            return rt.launch_host_func(stream, Box::new(move || op.run_holding_stream()));
+            // SAFETY: `stream` is the caller's of read_async/write_async,
+            // whose contract includes a live stream of the active runtime.
+            return unsafe {
+                rt.launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
+            };
         }
     }
     let ticket = last.wrapping_add(1);
@@ -384,12 +400,14 @@ fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
         let job = Arc::clone(&job);
         move || start_worker(job, done, ticket)
     };
-    rt.launch_host_func(stream, Box::new(start))?;
+    // SAFETY: as above.
+    unsafe { rt.launch_host_func(StreamId(stream), Box::new(start))? };
     // From here the worker will store `ticket`, so it is spent either way.
     if let Some(w) = c.by_stream.get_mut(&stream) {
         w.1 = ticket;
     }
-    match rt.stream_wait_value32(stream, word, ticket) {
+    // SAFETY: as above.
+    match unsafe { rt.stream_wait_value32(StreamId(stream), word, ticket) } {
         Ok(true) => Ok(()),
         Ok(false) => Err(Error::new(
             OpError::InternalError,
@@ -465,7 +483,11 @@ fn enqueue<S: ArgSlots>(
         slots,
     };
     if crate::gpu::runtime().name() == "host" {
-        crate::gpu::runtime().launch_host_func(stream, Box::new(move || op.run_holding_stream()))
+        // SAFETY: `stream` is the caller's, live by read_async's contract.
+        unsafe {
+            crate::gpu::runtime()
+                .launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
+        }
     } else {
         enqueue_gpu(stream, op)
     }
@@ -476,8 +498,9 @@ fn enqueue<S: ArgSlots>(
 /// negative error) to `*bytes_read_p` when it runs the read.
 ///
 /// # Safety
-/// The four pointers must be valid, and the buffer range valid
-/// for writes, until the stream has run the operation (e.g. until
+/// `stream` must be a live stream of the active runtime (or 0). The four
+/// pointers must be valid, and the buffer range valid for writes, until
+/// the stream has run the operation (e.g. until
 /// `gpu::runtime().stream_synchronize(stream)` returns).
 pub unsafe fn read_async(
     handle: u64,

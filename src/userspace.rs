@@ -8,13 +8,21 @@ use crate::error::Result;
 #[derive(Debug)]
 pub enum UserspaceBuf {
     /// Host-accessible memory the filesystem may touch directly.
-    Host { ptr: *mut u8, len: usize },
+    Host {
+        /// First byte.
+        ptr: *mut u8,
+        /// Length in bytes.
+        len: usize,
+    },
     /// A buffer registered for RDMA: `desc` is its transport descriptor (the
     /// versioned string the C ABI hands over as `desc_str`), `addr` the first
     /// byte of this request inside it.
     Rdma {
+        /// The buffer's transport descriptor.
         desc: String,
+        /// First byte of this request inside it.
         addr: u64,
+        /// Bytes of this request.
         len: usize,
         /// A host-accessible alias of the same bytes when one exists
         /// (host memory registered for RDMA), for filesystems that cannot do RDMA.

@@ -260,8 +260,8 @@ mod tests {
 
     #[test]
     fn unknown_codes_get_the_unknown_string() {
-        // SAFETY: the function returns static NUL-terminated strings.
         let s = |c| {
+            // SAFETY: the function returns static NUL-terminated strings.
             unsafe { CStr::from_ptr(hipFileGetOpErrorString(c)) }
                 .to_str()
                 .unwrap()

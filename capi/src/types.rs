@@ -3,6 +3,10 @@
 //! C enums are carried as `c_int`/`c_uint` fields, never as Rust enums: a C
 //! caller can put any integer there, and a Rust enum holding an undeclared
 //! value would be undefined behaviour.
+//!
+//! The fields are those of `include/hipfile.h` under the same names; the
+//! header documents them, so they carry no doc comments of their own here.
+#![allow(missing_docs)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 

@@ -40,28 +40,51 @@ pub const ROOT_INO: Ino = 1;
 pub struct Errno(i32);
 
 impl Errno {
+    /// Operation not permitted.
     pub const EPERM: Errno = Errno(libc::EPERM);
+    /// No such file or directory.
     pub const ENOENT: Errno = Errno(libc::ENOENT);
+    /// I/O error.
     pub const EIO: Errno = Errno(libc::EIO);
+    /// Bad file handle.
     pub const EBADF: Errno = Errno(libc::EBADF);
+    /// Permission denied.
     pub const EACCES: Errno = Errno(libc::EACCES);
+    /// File exists.
     pub const EEXIST: Errno = Errno(libc::EEXIST);
+    /// Cross-device link.
     pub const EXDEV: Errno = Errno(libc::EXDEV);
+    /// Not a directory.
     pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    /// Is a directory.
     pub const EISDIR: Errno = Errno(libc::EISDIR);
+    /// Invalid argument.
     pub const EINVAL: Errno = Errno(libc::EINVAL);
+    /// File too large.
     pub const EFBIG: Errno = Errno(libc::EFBIG);
+    /// No space left.
     pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    /// Read-only filesystem.
     pub const EROFS: Errno = Errno(libc::EROFS);
+    /// Too many links.
     pub const EMLINK: Errno = Errno(libc::EMLINK);
+    /// Result out of range (buffer too small).
     pub const ERANGE: Errno = Errno(libc::ERANGE);
+    /// Name too long.
     pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
+    /// Not implemented.
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    /// Directory not empty.
     pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
+    /// No such attribute.
     pub const ENODATA: Errno = Errno(libc::ENODATA);
+    /// Not a supported ioctl.
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
+    /// Transport endpoint not connected.
     pub const ENOTCONN: Errno = Errno(libc::ENOTCONN);
+    /// Timed out.
     pub const ETIMEDOUT: Errno = Errno(libc::ETIMEDOUT);
+    /// Operation not supported.
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
 
     /// Wraps a raw errno. Zero and negative values (never valid errnos) become `EIO`, so a
@@ -120,9 +143,13 @@ pub type Result<T> = std::result::Result<T, Errno>;
 /// the kernel makes on its own behalf, which carry pid 0).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Credentials {
+    /// Effective user id of the calling process.
     pub uid: u32,
+    /// Effective group id of the calling process.
     pub gid: u32,
+    /// Supplementary groups of the calling process.
     pub groups: Vec<u32>,
+    /// Process id of the caller (0 when the kernel does not say).
     pub pid: u32,
 }
 
@@ -141,12 +168,19 @@ impl Credentials {
 /// The type of an inode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FileKind {
+    /// A regular file.
     Regular,
+    /// A directory.
     Directory,
+    /// A symbolic link.
     Symlink,
+    /// A named pipe.
     Fifo,
+    /// A Unix domain socket.
     Socket,
+    /// A character device.
     CharDevice,
+    /// A block device.
     BlockDevice,
 }
 
@@ -182,19 +216,29 @@ impl FileKind {
 /// Attributes of an inode (what `stat` shows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Attr {
+    /// Inode number.
     pub ino: Ino,
+    /// Size in bytes.
     pub size: u64,
     /// Allocated size in 512-byte blocks.
     pub blocks: u64,
+    /// Last access.
     pub atime: SystemTime,
+    /// Last data change.
     pub mtime: SystemTime,
+    /// Last status change.
     pub ctime: SystemTime,
+    /// File type.
     pub kind: FileKind,
     /// Permission bits including setuid/setgid/sticky (`mode & 0o7777`).
     pub perm: u16,
+    /// Hard links.
     pub nlink: u32,
+    /// Owner.
     pub uid: u32,
+    /// Group.
     pub gid: u32,
+    /// Device number (device nodes only).
     pub rdev: u32,
     /// Preferred I/O size reported to `stat`.
     pub blksize: u32,
@@ -205,14 +249,18 @@ pub struct Attr {
 /// generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The attributes.
     pub attr: Attr,
+    /// Inode generation (distinguishes reuses of one number).
     pub generation: u64,
 }
 
 /// A time to set: a given instant or the server's "now".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeOrNow {
+    /// The current time, taken by the backend.
     Now,
+    /// This time.
     At(SystemTime),
 }
 
@@ -221,11 +269,15 @@ pub enum TimeOrNow {
 pub struct SetAttr {
     /// Permission bits (`& 0o7777`); the file type bits are ignored.
     pub mode: Option<u32>,
+    /// New owner.
     pub uid: Option<u32>,
+    /// New group.
     pub gid: Option<u32>,
     /// Truncate or extend to this size.
     pub size: Option<u64>,
+    /// New access time.
     pub atime: Option<TimeOrNow>,
+    /// New modification time.
     pub mtime: Option<TimeOrNow>,
     /// The open file the change came through (`ftruncate`, `futimens`), if any.
     pub fh: Option<u64>,
@@ -234,7 +286,9 @@ pub struct SetAttr {
 /// One directory entry with the attributes of the inode it names (FUSE readdirplus).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntryPlus {
+    /// Name inside the directory.
     pub name: OsString,
+    /// What the name refers to.
     pub entry: Entry,
     /// The cookie that resumes the listing right after this entry: the kernel passes it back as
     /// `offset` to the next `readdir`. Must be non-zero (0 means "from the start").
@@ -244,13 +298,21 @@ pub struct DirEntryPlus {
 /// Filesystem statistics (what `statfs`/`df` shows).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StatFs {
+    /// Total blocks of `frsize` bytes.
     pub blocks: u64,
+    /// Free blocks.
     pub bfree: u64,
+    /// Free blocks for unprivileged users.
     pub bavail: u64,
+    /// Total inodes.
     pub files: u64,
+    /// Free inodes.
     pub ffree: u64,
+    /// Preferred I/O block size.
     pub bsize: u32,
+    /// Longest name.
     pub namelen: u32,
+    /// Fragment size (unit of the block counts).
     pub frsize: u32,
 }
 

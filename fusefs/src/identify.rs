@@ -79,12 +79,8 @@ fn decode_identify_reply(buf: &[u8]) -> io::Result<Vec<u8>> {
 /// `EBADF` for a bad descriptor.
 pub fn identify_fd(fd: RawFd) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; IDENTIFY_BUF_LEN];
-    // SAFETY: the command's encoded size (IDENTIFY_BUF_LEN) is exactly the length of `buf`, so
-    // the kernel writes only inside it; `buf` lives across the call.
-    let rc = unsafe { libc::ioctl(fd, HIPFS_IOC_IDENTIFY as _, buf.as_mut_ptr()) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // The command's encoded size is IDENTIFY_BUF_LEN, the length of `buf`.
+    hipfs_sys::fs::ioctl_read(fd, HIPFS_IOC_IDENTIFY, &mut buf)?;
     decode_identify_reply(&buf)
 }
 

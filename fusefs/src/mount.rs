@@ -418,21 +418,8 @@ fn ensure_fusectl_mounted() {
     ) else {
         return;
     };
-    // SAFETY: all pointers are valid NUL-terminated strings (data may be NULL for fusectl).
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            dir.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        warn!(
-            "cannot mount fusectl on {DIR}: {}",
-            io::Error::last_os_error()
-        );
+    if let Err(e) = hipfs_sys::fs::mount(&src, &dir, &fstype, 0, None) {
+        warn!("cannot mount fusectl on {DIR}: {e}");
     }
 }
 
@@ -453,21 +440,12 @@ fn wait_finished(session: &BackgroundSession, grace: Duration) -> bool {
 pub fn unmount_path(path: &Path) -> io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mountpoint contains NUL"))?;
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+    let Err(err) = hipfs_sys::fs::umount2(&c, 0) else {
         return Ok(());
-    }
-    let err = io::Error::last_os_error();
+    };
     match err.raw_os_error() {
         Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
-        Some(libc::EBUSY) => {
-            // SAFETY: as above.
-            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        }
+        Some(libc::EBUSY) => hipfs_sys::fs::umount2(&c, libc::MNT_DETACH),
         Some(libc::EPERM) => {
             let status = Command::new("fusermount3")
                 .arg("-u")

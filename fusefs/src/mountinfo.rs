@@ -120,21 +120,11 @@ pub fn mount_at(path: &Path) -> io::Result<Option<(String, String)>> {
 /// mounting directly without `auto_unmount` cannot set a subtype) is asked the
 /// identify ioctl instead: only the hipfs adapter answers it.
 pub fn is_hipfs_fd(fd: RawFd) -> io::Result<bool> {
-    // SAFETY: statfs is plain data; the kernel fills it, zeroed is a valid initial value.
-    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `sfs` is a valid, writable statfs for the duration of the call.
-    if unsafe { libc::fstatfs(fd, &mut sfs) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let sfs = hipfs_sys::fs::fstatfs(fd)?;
     if sfs.f_type as i64 != FUSE_SUPER_MAGIC {
         return Ok(false);
     }
-    // SAFETY: as above, for stat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid, writable stat for the duration of the call.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let st = hipfs_sys::fs::fstat(fd)?;
     let (major, minor) = (libc::major(st.st_dev), libc::minor(st.st_dev));
     let fs_type = read_mountinfo()?
         .into_iter()

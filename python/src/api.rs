@@ -166,5 +166,10 @@ pub fn stream_synchronize(py: Python<'_>, stream: usize) -> PyResult<()> {
     if rt.name() == "host" {
         return Ok(());
     }
-    detached(py, move || rt.stream_synchronize(stream))
+    // SAFETY: the stream is the Python caller's (a handle from the same
+    // runtime, as the function's contract says); the FFI face trusts it as
+    // the C ABI does.
+    detached(py, move || unsafe {
+        rt.stream_synchronize(hipfs::gpu::StreamId(stream))
+    })
 }

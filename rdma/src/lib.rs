@@ -37,7 +37,6 @@
 mod descriptor;
 mod error;
 mod mem;
-mod owned;
 mod ratelog;
 mod region;
 pub mod tcp;
@@ -52,7 +51,7 @@ use std::time::Duration;
 
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
-pub use owned::OwnedRegion;
+pub use mem::OwnedRegion;
 pub use ratelog::RateLimitedLog;
 pub use region::LocalRegion;
 

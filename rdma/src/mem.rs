@@ -1,5 +1,5 @@
-//! Page-aligned, zeroed heap memory owned by the crate (message rings,
-//! benchmark buffers).
+//! Heap memory owned by the crate: page-aligned buffers (message rings,
+//! benchmark buffers) and registered staging memory ([`OwnedRegion`]).
 
 use crate::error::{Error, Result};
 
@@ -40,5 +40,96 @@ impl Drop for PageBuffer {
     fn drop(&mut self) {
         // SAFETY: allocated in new() with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Zeroed heap memory owned together with its registration on one
+/// connection: the safe way to register memory allocated for the purpose
+/// (staging and receive buffers).
+///
+/// The memory is freed only after the last clone of the region is gone:
+/// if a clone is still alive when the owner drops, the memory is leaked
+/// (with a warning) rather than freed under a live registration.
+///
+/// The peer may write the memory through the region while a one-sided
+/// operation runs; [`OwnedRegion::bytes`] and [`OwnedRegion::bytes_mut`]
+/// are for the times between them (before a request, after its reply).
+pub struct OwnedRegion {
+    region: Option<std::sync::Arc<crate::LocalRegion>>,
+    mem: Option<Box<[u8]>>,
+}
+
+impl OwnedRegion {
+    /// `len` zeroed bytes registered on `conn`.
+    pub fn new(conn: &dyn crate::Connection, len: usize) -> Result<OwnedRegion> {
+        let mut mem = vec![0u8; len].into_boxed_slice();
+        // SAFETY: the heap block does not move with the Box and is freed
+        // only once no clone of the region is left (see `release`).
+        let region = unsafe { conn.register(mem.as_mut_ptr(), mem.len()) }?;
+        Ok(OwnedRegion {
+            region: Some(region),
+            mem: Some(mem),
+        })
+    }
+
+    /// The registration (clone it to keep it for an operation in flight).
+    pub fn region(&self) -> &std::sync::Arc<crate::LocalRegion> {
+        match &self.region {
+            Some(r) => r,
+            None => unreachable!("the region is only taken in release()"),
+        }
+    }
+
+    /// The memory.
+    pub fn bytes(&self) -> &[u8] {
+        self.mem.as_deref().unwrap_or(&[])
+    }
+
+    /// The memory, for filling it before an operation.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.mem.as_deref_mut().unwrap_or(&mut [])
+    }
+
+    /// Bytes owned.
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// Whether no bytes are owned.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Deregisters and hands the memory over (a copy when a clone of the
+    /// region is still alive, whose memory then stays allocated).
+    pub fn into_vec(mut self) -> Vec<u8> {
+        match self.release() {
+            Some(mem) => mem.into_vec(),
+            None => self.bytes().to_vec(),
+        }
+    }
+
+    /// Drops the registration; the memory if no region clone is left.
+    fn release(&mut self) -> Option<Box<[u8]>> {
+        let region = self.region.take()?;
+        let unique = std::sync::Arc::strong_count(&region) == 1;
+        drop(region);
+        if unique {
+            self.mem.take()
+        } else {
+            log::warn!("a registered buffer outlives its owner; leaking its memory");
+            if let Some(mem) = self.mem.take() {
+                // Still registered through the other clone: never free it.
+                let kept: &'static mut [u8] = Box::leak(mem);
+                self.mem = Some(kept.to_vec().into_boxed_slice());
+            }
+            None
+        }
+    }
+}
+
+impl Drop for OwnedRegion {
+    fn drop(&mut self) {
+        drop(self.release());
     }
 }

@@ -69,6 +69,7 @@ fn a_peer_closing_mid_transfer_fails_every_pending_operation_within_the_deadline
 #[test]
 fn dmabuf_registration_over_tcp_is_unsupported() {
     let p = pair(&env());
+    // SAFETY: refused by TCP before the fd is used.
     let e = unsafe { p.client.register_dmabuf(0, 0, 4096, 0) }.unwrap_err();
     assert!(matches!(e, Error::Unsupported(_)));
 }

@@ -273,6 +273,7 @@ fn throughput_of_sending_from_a_file_against_staging_and_write_remote() {
                                     )
                                     .unwrap();
                             } else {
+                                // SAFETY: staging holds at least `piece` writable bytes.
                                 let n = unsafe {
                                     libc::pread(
                                         std::os::fd::AsRawFd::as_raw_fd(&f.file),

@@ -190,6 +190,8 @@ fn dmabuf_registration_of_a_non_dmabuf_fd_is_an_error_not_a_crash() {
     let p = pair(&e);
     let f = std::fs::File::open("/dev/null").unwrap();
     use std::os::fd::AsRawFd;
+    // SAFETY: a registration attempt on /dev/null, which must fail; no
+    // memory is touched.
     let r = unsafe { p.client.register_dmabuf(f.as_raw_fd(), 0, 4096, 0x1000) };
     assert!(r.is_err());
 }

@@ -3,7 +3,7 @@
 //! machine without any NVIDIA library. Every device is used through its
 //! primary context (the one the CUDA runtime API and the frameworks share).
 
-use super::{DeviceGuard, GpuRuntime, MemoryKind, PointerInfo};
+use super::{DeviceGuard, DevicePtr, EventId, GpuRuntime, MemoryKind, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use cudarc::driver::sys;
 use std::cell::Cell;
@@ -169,8 +169,8 @@ impl CudaRuntime {
         check(unsafe { sys::cuCtxGetCurrent(&mut cur) }, "cuCtxGetCurrent")?;
         if cur.is_null() {
             let ctx = self.context(0)?;
-            // SAFETY: ctx is a retained primary context.
             check(
+                // SAFETY: ctx is a retained primary context.
                 unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
                 "cuCtxSetCurrent",
             )?;
@@ -278,7 +278,8 @@ impl GpuRuntime for CudaRuntime {
         }))
     }
 
-    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let dst = dst.0 as usize;
         let device = self.pointer_info(dst).map_or(0, |i| i.device.max(0));
         self.sync_copy(
             device,
@@ -288,7 +289,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let src = src.0 as usize;
         let device = self.pointer_info(src).map_or(0, |i| i.device.max(0));
         let len = dst.len();
         let ptr = dst.as_mut_ptr();
@@ -300,7 +302,8 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        let stream = stream.0;
         self.ensure_context()?;
         let data = Box::into_raw(Box::new(f));
         // SAFETY: run_boxed takes ownership of data exactly once when the
@@ -314,16 +317,23 @@ impl GpuRuntime for CudaRuntime {
         check(r, "cuLaunchHostFunc")
     }
 
-    fn stream_synchronize(&self, stream: usize) -> Result<()> {
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
         self.ensure_context()?;
-        // SAFETY: stream is a CUstream handle (0: legacy default stream).
         check(
+            // SAFETY: stream is a CUstream handle (0: legacy default stream).
             unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) },
             "cuStreamSynchronize",
         )
     }
 
-    fn stream_wait_value32(&self, stream: usize, flag: usize, value: u32) -> Result<bool> {
+    unsafe fn stream_wait_value32(
+        &self,
+        stream: StreamId,
+        flag: usize,
+        value: u32,
+    ) -> Result<bool> {
+        let stream = stream.0;
         // Not in SYMBOLS: a driver without stream memory operations still
         // serves everything else, and async I/O falls back.
         static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -358,8 +368,8 @@ impl GpuRuntime for CudaRuntime {
             return Ok(DeviceGuard::new(None));
         }
         let mut prev: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
         check(
+            // SAFETY: out-pointer to a local.
             unsafe { sys::cuCtxGetCurrent(&mut prev) },
             "cuCtxGetCurrent",
         )?;
@@ -367,8 +377,8 @@ impl GpuRuntime for CudaRuntime {
             BOUND.with(|b| b.set(ctx));
             return Ok(DeviceGuard::new(None));
         }
-        // SAFETY: ctx is a retained primary context.
         check(
+            // SAFETY: ctx is a retained primary context.
             unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) },
             "cuCtxSetCurrent",
         )?;
@@ -385,15 +395,15 @@ impl GpuRuntime for CudaRuntime {
     fn alloc_pinned(&self, len: usize) -> Result<usize> {
         self.ensure_context()?;
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; PORTABLE makes it pinned for every context.
         check(
+            // SAFETY: out-pointer to a local; PORTABLE makes it pinned for every context.
             unsafe { sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) },
             "cuMemHostAlloc",
         )?;
         Ok(p as usize)
     }
 
-    fn free_pinned(&self, ptr: usize) {
+    unsafe fn free_pinned(&self, ptr: usize) {
         // SAFETY: ptr came from cuMemHostAlloc and is freed once.
         let r = unsafe { sys::cuMemFreeHost(ptr as *mut c_void) };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -401,10 +411,10 @@ impl GpuRuntime for CudaRuntime {
         }
     }
 
-    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+    unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         self.ensure_context()?;
-        // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
         check(
+            // SAFETY: the caller owns ptr..ptr+len and keeps it mapped until unregister_host.
             unsafe {
                 sys::cuMemHostRegister_v2(ptr as *mut c_void, len, sys::CU_MEMHOSTREGISTER_PORTABLE)
             },
@@ -412,7 +422,7 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn unregister_host(&self, ptr: usize) {
+    unsafe fn unregister_host(&self, ptr: usize) {
         // SAFETY: ptr was registered by register_host.
         let r = unsafe { sys::cuMemHostUnregister(ptr as *mut c_void) };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -420,29 +430,32 @@ impl GpuRuntime for CudaRuntime {
         }
     }
 
-    fn stream_create(&self, device: i32) -> Result<usize> {
+    fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _g = self.bind(device)?;
         let mut s: sys::CUstream = std::ptr::null_mut();
         // SAFETY: out-pointer to a local. Non-blocking: the application's
         // work on the legacy default stream does not serialise with ours.
         check(unsafe { sys::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?;
-        Ok(s as usize)
+        Ok(StreamId(s as usize))
     }
 
-    fn stream_destroy(&self, stream: usize) {
+    unsafe fn stream_destroy(&self, stream: StreamId) {
+        let stream = stream.0;
         // SAFETY: stream came from stream_create and is destroyed once.
         unsafe { sys::cuStreamDestroy_v2(stream as sys::CUstream) };
     }
 
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
-        // SAFETY: forwarded caller guarantees.
+        let dst = dst.0 as usize;
+        let stream = stream.0;
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 sys::cuMemcpyHtoDAsync_v2(dst as u64, src.cast(), len, stream as sys::CUstream)
             },
@@ -453,12 +466,14 @@ impl GpuRuntime for CudaRuntime {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
-        // SAFETY: forwarded caller guarantees.
+        let src = src.0 as usize;
+        let stream = stream.0;
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 sys::cuMemcpyDtoHAsync_v2(dst.cast(), src as u64, len, stream as sys::CUstream)
             },
@@ -466,50 +481,55 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
-    fn event_create(&self) -> Result<usize> {
+    fn event_create(&self) -> Result<EventId> {
         self.ensure_context()?;
         let mut e: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; flags as chosen in probe().
         check(
+            // SAFETY: out-pointer to a local; flags as chosen in probe().
             unsafe { sys::cuEventCreate(&mut e, self.event_flags) },
             "cuEventCreate",
         )?;
-        Ok(e as usize)
+        Ok(EventId(e as usize))
     }
 
-    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
-        // SAFETY: handles from event_create / stream_create.
+    unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
+        let event = event.0;
         check(
+            // SAFETY: handles from event_create / stream_create.
             unsafe { sys::cuEventRecord(event as sys::CUevent, stream as sys::CUstream) },
             "cuEventRecord",
         )
     }
 
-    fn event_synchronize(&self, event: usize) -> Result<()> {
-        // SAFETY: handle from event_create.
+    unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let event = event.0;
         check(
+            // SAFETY: handle from event_create.
             unsafe { sys::cuEventSynchronize(event as sys::CUevent) },
             "cuEventSynchronize",
         )
     }
 
-    fn event_destroy(&self, event: usize) {
+    unsafe fn event_destroy(&self, event: EventId) {
+        let event = event.0;
         // SAFETY: handle from event_create, destroyed once.
         unsafe { sys::cuEventDestroy_v2(event as sys::CUevent) };
     }
 
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _g = self.bind(device)?;
         let mut p: u64 = 0;
-        // SAFETY: out-pointer to a local.
         check(
+            // SAFETY: out-pointer to a local.
             unsafe { sys::cuMemAlloc_v2(&mut p, len.max(1)) },
             "cuMemAlloc",
         )?;
-        Ok(p as usize)
+        Ok(DevicePtr(p))
     }
 
-    fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: DevicePtr) {
+        let ptr = ptr.0 as usize;
         if self.ensure_context().is_err() {
             return;
         }
@@ -517,17 +537,18 @@ impl GpuRuntime for CudaRuntime {
         unsafe { sys::cuMemFree_v2(ptr as u64) };
     }
 
-    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        let ptr = ptr.0 as usize;
         let device = self.pointer_info(ptr).map_or(0, |i| i.device.max(0));
         let _g = self.bind(device)?;
-        // SAFETY: the caller's device range.
         check(
+            // SAFETY: the caller's device range.
             unsafe { sys::cuMemsetD8_v2(ptr as u64, byte, len) },
             "cuMemsetD8",
         )?;
         // The memset is asynchronous to the host: finish it before returning.
-        // SAFETY: the legacy default stream of the bound context.
         check(
+            // SAFETY: the legacy default stream of the bound context.
             unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
             "cuStreamSynchronize",
         )

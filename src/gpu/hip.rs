@@ -6,7 +6,9 @@
 //! no AIS support, no P2P route) the bounce path takes over, as upstream
 //! hipFile does.
 
-use super::{DeviceGuard, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo};
+use super::{
+    DeviceGuard, DevicePtr, EventId, GpuRuntime, MemoryKind, P2pFileIo, PointerInfo, StreamId,
+};
 use crate::error::{Error, OpError, Result};
 use hip_sys::hiprt as hip;
 use std::ffi::c_void;
@@ -207,9 +209,10 @@ impl GpuRuntime for HipRuntime {
         }))
     }
 
-    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()> {
-        // SAFETY: src is a live slice; dst the caller's device range.
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let dst = dst.0 as usize;
         check(
+            // SAFETY: src is a live slice; dst the caller's device range.
             unsafe {
                 hip::hipMemcpy(
                     dst as *mut c_void,
@@ -222,9 +225,10 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()> {
-        // SAFETY: dst is a live mutable slice.
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()> {
+        let src = src.0 as usize;
         check(
+            // SAFETY: dst is a live mutable slice.
             unsafe {
                 hip::hipMemcpy(
                     dst.as_mut_ptr().cast(),
@@ -237,7 +241,8 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        let stream = stream.0;
         let data = Box::into_raw(Box::new(f));
         // SAFETY: run_boxed owns data once the stream reaches it (the
         // runtime calls each callback exactly once); flags must be 0.
@@ -255,9 +260,10 @@ impl GpuRuntime for HipRuntime {
         Ok(())
     }
 
-    fn stream_synchronize(&self, stream: usize) -> Result<()> {
-        // SAFETY: a stream handle (0: the null stream).
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
         check(
+            // SAFETY: a stream handle (0: the null stream).
             unsafe { hip::hipStreamSynchronize(stream as hip::hipStream_t) },
             "hipStreamSynchronize",
         )
@@ -280,57 +286,60 @@ impl GpuRuntime for HipRuntime {
 
     fn alloc_pinned(&self, len: usize) -> Result<usize> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 1 = hipHostMallocPortable.
         check(
+            // SAFETY: out-pointer; flag 1 = hipHostMallocPortable.
             unsafe { hip::hipHostMalloc(&mut p, len.max(1), 1) },
             "hipHostMalloc",
         )?;
         Ok(p as usize)
     }
 
-    fn free_pinned(&self, ptr: usize) {
+    unsafe fn free_pinned(&self, ptr: usize) {
         // SAFETY: from hipHostMalloc, freed once.
         unsafe { hip::hipHostFree(ptr as *mut c_void) };
     }
 
-    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
-        // SAFETY: the caller owns the range; flag 1 = hipHostRegisterPortable.
+    unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         check(
+            // SAFETY: the caller owns the range; flag 1 = hipHostRegisterPortable.
             unsafe { hip::hipHostRegister(ptr as *mut c_void, len, 1) },
             "hipHostRegister",
         )
     }
 
-    fn unregister_host(&self, ptr: usize) {
+    unsafe fn unregister_host(&self, ptr: usize) {
         // SAFETY: registered by register_host.
         unsafe { hip::hipHostUnregister(ptr as *mut c_void) };
     }
 
-    fn stream_create(&self, device: i32) -> Result<usize> {
+    fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _g = self.bind(device)?;
         let mut s: hip::hipStream_t = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 1 = hipStreamNonBlocking.
         check(
+            // SAFETY: out-pointer; flag 1 = hipStreamNonBlocking.
             unsafe { hip::hipStreamCreateWithFlags(&mut s, 1) },
             "hipStreamCreateWithFlags",
         )?;
-        Ok(s as usize)
+        Ok(StreamId(s as usize))
     }
 
-    fn stream_destroy(&self, stream: usize) {
+    unsafe fn stream_destroy(&self, stream: StreamId) {
+        let stream = stream.0;
         // SAFETY: from stream_create, destroyed once.
         unsafe { hip::hipStreamDestroy(stream as hip::hipStream_t) };
     }
 
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
-        // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
+        let dst = dst.0 as usize;
+        let stream = stream.0;
         check(
+            // SAFETY: forwarded caller guarantees (HIP's signature takes *mut but only reads).
             unsafe {
                 hip::hipMemcpyHtoDAsync(
                     dst as hip::hipDeviceptr_t,
@@ -346,12 +355,14 @@ impl GpuRuntime for HipRuntime {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
-        // SAFETY: forwarded caller guarantees.
+        let src = src.0 as usize;
+        let stream = stream.0;
         check(
+            // SAFETY: forwarded caller guarantees.
             unsafe {
                 hip::hipMemcpyDtoHAsync(
                     dst.cast(),
@@ -364,58 +375,64 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
-    fn event_create(&self) -> Result<usize> {
+    fn event_create(&self) -> Result<EventId> {
         let mut e: hip::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: out-pointer; flag 2 = hipEventDisableTiming.
         check(
+            // SAFETY: out-pointer; flag 2 = hipEventDisableTiming.
             unsafe { hip::hipEventCreateWithFlags(&mut e, 2) },
             "hipEventCreateWithFlags",
         )?;
-        Ok(e as usize)
+        Ok(EventId(e as usize))
     }
 
-    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
-        // SAFETY: handles from event_create / stream_create.
+    unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
+        let event = event.0;
         check(
+            // SAFETY: handles from event_create / stream_create.
             unsafe { hip::hipEventRecord(event as hip::hipEvent_t, stream as hip::hipStream_t) },
             "hipEventRecord",
         )
     }
 
-    fn event_synchronize(&self, event: usize) -> Result<()> {
-        // SAFETY: handle from event_create.
+    unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
+        let event = event.0;
         check(
+            // SAFETY: handle from event_create.
             unsafe { hip::hipEventSynchronize(event as hip::hipEvent_t) },
             "hipEventSynchronize",
         )
     }
 
-    fn event_destroy(&self, event: usize) {
+    unsafe fn event_destroy(&self, event: EventId) {
+        let event = event.0;
         // SAFETY: from event_create, destroyed once.
         unsafe { hip::hipEventDestroy(event as hip::hipEvent_t) };
     }
 
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _g = self.bind(device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { hip::hipMalloc(&mut p, len.max(1)) }, "hipMalloc")?;
-        Ok(p as usize)
+        Ok(DevicePtr(p as u64))
     }
 
-    fn device_free(&self, ptr: usize) {
+    unsafe fn device_free(&self, ptr: DevicePtr) {
+        let ptr = ptr.0 as usize;
         // SAFETY: from device_alloc, freed once.
         unsafe { hip::hipFree(ptr as *mut c_void) };
     }
 
-    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
-        // SAFETY: the caller's device range.
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
+        let ptr = ptr.0 as usize;
         check(
+            // SAFETY: the caller's device range.
             unsafe { hip::hipMemset(ptr as *mut c_void, byte as i32, len) },
             "hipMemset",
         )?;
-        // SAFETY: plain call.
         check(
+            // SAFETY: plain call.
             unsafe { hip::hipDeviceSynchronize() },
             "hipDeviceSynchronize",
         )

@@ -2,7 +2,7 @@
 //! by one FIFO worker thread per stream value so stream-ordered async I/O
 //! keeps its ordering semantics without a GPU.
 
-use super::{GpuRuntime, PointerInfo};
+use super::{DevicePtr, GpuRuntime, PointerInfo, StreamId};
 use crate::error::{Error, OpError, Result};
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Sender};
@@ -71,21 +71,22 @@ impl GpuRuntime for HostRuntime {
         None
     }
 
-    fn copy_to_device(&self, _dst: usize, _src: &[u8]) -> Result<()> {
+    unsafe fn copy_to_device(&self, _dst: DevicePtr, _src: &[u8]) -> Result<()> {
         Err(Error::new(
             OpError::HipMemoryTypeInvalid,
             "no GPU runtime: device copies are impossible",
         ))
     }
 
-    fn copy_from_device(&self, _dst: &mut [u8], _src: usize) -> Result<()> {
+    unsafe fn copy_from_device(&self, _dst: &mut [u8], _src: DevicePtr) -> Result<()> {
         Err(Error::new(
             OpError::HipMemoryTypeInvalid,
             "no GPU runtime: device copies are impossible",
         ))
     }
 
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        let stream = stream.0;
         self.with_stream(stream, |s| {
             *s.pending.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
             if let Err(e) = s.tx.send(f) {
@@ -99,7 +100,8 @@ impl GpuRuntime for HostRuntime {
         })?
     }
 
-    fn stream_synchronize(&self, stream: usize) -> Result<()> {
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()> {
+        let stream = stream.0;
         let pending = self.with_stream(stream, |s| Arc::clone(&s.pending))?;
         let (m, cv) = &*pending;
         let mut n = m.lock().unwrap_or_else(|p| p.into_inner());

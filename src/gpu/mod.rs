@@ -24,6 +24,7 @@ pub enum MemoryKind {
 /// What the runtime knows of a pointer's allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PointerInfo {
+    /// What kind of memory it is.
     pub kind: MemoryKind,
     /// First byte of the allocation holding the pointer.
     pub base: usize,
@@ -33,7 +34,44 @@ pub struct PointerInfo {
     pub device: i32,
 }
 
+/// A device address (`CUdeviceptr`/`hipDeviceptr_t`): never dereferenced
+/// on the host, and a type of its own so it cannot be passed where host
+/// memory or a handle is expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+    /// The address as an integer, where the API carries device and host
+    /// addresses alike (`Buffer`, `Request.mem`).
+    pub fn addr(self) -> usize {
+        self.0 as usize
+    }
+    /// A device address carried as an integer.
+    pub fn from_addr(addr: usize) -> DevicePtr {
+        DevicePtr(addr as u64)
+    }
+}
+
+/// A driver stream handle (`CUstream`/`hipStream_t` as an integer). Only a
+/// name: whoever holds one must know it is live (see [`Stream`] for an
+/// owning one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId(pub usize);
+
+/// A driver event handle (`CUevent`/`hipEvent_t`); see [`StreamId`] and
+/// [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId(pub usize);
+
 /// A GPU runtime: pointer queries and the copies the bounce path needs.
+///
+/// Methods that take a raw handle or address are `unsafe fn`: the driver
+/// trusts them, so the caller must. The RAII types [`Stream`], [`Event`],
+/// [`PinnedHost`] and [`DeviceAllocation`] make and free them safely.
 pub trait GpuRuntime: Send + Sync {
     /// `cuda`, `hip` or `host`.
     fn name(&self) -> &'static str;
@@ -43,20 +81,42 @@ pub trait GpuRuntime: Send + Sync {
     /// the pointer (plain pageable host memory).
     fn pointer_info(&self, ptr: usize) -> Option<PointerInfo>;
     /// Copies host bytes to device memory, synchronously.
-    fn copy_to_device(&self, dst: usize, src: &[u8]) -> Result<()>;
+    ///
+    /// # Safety
+    /// `dst..dst+src.len()` must be device memory of this runtime that
+    /// nothing else uses during the copy.
+    unsafe fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Copies device bytes to host memory, synchronously.
-    fn copy_from_device(&self, dst: &mut [u8], src: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `src..src+dst.len()` must be device memory of this runtime.
+    unsafe fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<()>;
     /// Runs `f` when `stream` reaches this point (stream-ordered async I/O).
-    fn launch_host_func(&self, stream: usize, f: Box<dyn FnOnce() + Send>) -> Result<()>;
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this runtime (or 0, the default).
+    unsafe fn launch_host_func(&self, stream: StreamId, f: Box<dyn FnOnce() + Send>) -> Result<()>;
     /// Waits until everything enqueued on `stream` has run.
-    fn stream_synchronize(&self, stream: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// As [`GpuRuntime::launch_host_func`].
+    unsafe fn stream_synchronize(&self, stream: StreamId) -> Result<()>;
     /// Makes `stream` wait, on the device and without holding a host
     /// thread, until the 32-bit word at `flag` (memory from
     /// [`GpuRuntime::alloc_pinned`]) is at least `value` (wrapping compare).
     /// `Ok(false)`: this runtime cannot, nothing was enqueued. Async I/O
     /// uses it so the I/O's own GPU calls never run while a host function
     /// holds the stream (which can deadlock against implicit synchronisation).
-    fn stream_wait_value32(&self, stream: usize, flag: usize, value: u32) -> Result<bool> {
+    ///
+    /// # Safety
+    /// `stream` as in [`GpuRuntime::launch_host_func`]; `flag` must be
+    /// pinned memory that stays allocated until the wait has completed.
+    unsafe fn stream_wait_value32(
+        &self,
+        stream: StreamId,
+        flag: usize,
+        value: u32,
+    ) -> Result<bool> {
         let _ = (stream, flag, value);
         Ok(false)
     }
@@ -75,31 +135,47 @@ pub trait GpuRuntime: Send + Sync {
         let _ = device;
         Err(no_gpu())
     }
-    /// `len` bytes of pinned host memory usable by every device.
+    /// `len` bytes of pinned host memory usable by every device (see
+    /// [`PinnedHost`] for an owning form).
     fn alloc_pinned(&self, len: usize) -> Result<usize> {
         let _ = len;
         Err(no_gpu())
     }
     /// Frees what [`GpuRuntime::alloc_pinned`] returned.
-    fn free_pinned(&self, ptr: usize) {
+    ///
+    /// # Safety
+    /// `ptr` came from `alloc_pinned` of this runtime, is freed once, and
+    /// no copy still uses it.
+    unsafe fn free_pinned(&self, ptr: usize) {
         let _ = ptr;
     }
     /// Pins (page-locks) existing host memory for DMA.
-    fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be mapped host memory that stays mapped until
+    /// [`GpuRuntime::unregister_host`].
+    unsafe fn register_host(&self, ptr: usize, len: usize) -> Result<()> {
         let _ = (ptr, len);
         Err(no_gpu())
     }
     /// Undoes [`GpuRuntime::register_host`].
-    fn unregister_host(&self, ptr: usize) {
+    ///
+    /// # Safety
+    /// `ptr` was registered and no copy still uses it.
+    unsafe fn unregister_host(&self, ptr: usize) {
         let _ = ptr;
     }
-    /// A new non-blocking stream on `device` (the device must be bound).
-    fn stream_create(&self, device: i32) -> Result<usize> {
+    /// A new non-blocking stream on `device` (the device must be bound); see
+    /// [`Stream`] for an owning form.
+    fn stream_create(&self, device: i32) -> Result<StreamId> {
         let _ = device;
         Err(no_gpu())
     }
     /// Destroys a stream made by [`GpuRuntime::stream_create`].
-    fn stream_destroy(&self, stream: usize) {
+    ///
+    /// # Safety
+    /// `stream` is live, destroyed once, and not used afterwards.
+    unsafe fn stream_destroy(&self, stream: StreamId) {
         let _ = stream;
     }
     /// Enqueues a host-to-device copy on `stream`.
@@ -107,13 +183,13 @@ pub trait GpuRuntime: Send + Sync {
     /// # Safety
     /// `src` must stay valid and unchanged for `len` bytes until the copy is
     /// known complete (event or stream synchronisation); `dst..dst+len` must
-    /// be device memory of the stream's device.
+    /// be device memory of the stream's device; `stream` must be live.
     unsafe fn copy_to_device_async(
         &self,
-        dst: usize,
+        dst: DevicePtr,
         src: *const u8,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
         let _ = (dst, src, len, stream);
         Err(no_gpu())
@@ -122,46 +198,62 @@ pub trait GpuRuntime: Send + Sync {
     ///
     /// # Safety
     /// `dst` must stay valid and untouched for `len` bytes until the copy is
-    /// known complete.
+    /// known complete; `src..src+len` must be device memory; `stream` live.
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
-        src: usize,
+        src: DevicePtr,
         len: usize,
-        stream: usize,
+        stream: StreamId,
     ) -> Result<()> {
         let _ = (dst, src, len, stream);
         Err(no_gpu())
     }
-    /// A new event (no timing) on the bound device.
-    fn event_create(&self) -> Result<usize> {
+    /// A new event (no timing) on the bound device; see [`Event`].
+    fn event_create(&self) -> Result<EventId> {
         Err(no_gpu())
     }
     /// Records `event` at the current end of `stream`.
-    fn event_record(&self, event: usize, stream: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// Both handles are live and of the same device.
+    unsafe fn event_record(&self, event: EventId, stream: StreamId) -> Result<()> {
         let _ = (event, stream);
         Err(no_gpu())
     }
     /// Waits until `event` has completed (immediately if never recorded).
-    fn event_synchronize(&self, event: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// `event` is live.
+    unsafe fn event_synchronize(&self, event: EventId) -> Result<()> {
         let _ = event;
         Err(no_gpu())
     }
     /// Destroys an event.
-    fn event_destroy(&self, event: usize) {
+    ///
+    /// # Safety
+    /// `event` is live, destroyed once, and not used afterwards.
+    unsafe fn event_destroy(&self, event: EventId) {
         let _ = event;
     }
-    /// `len` bytes of device memory on `device` (tests and benchmarks).
-    fn device_alloc(&self, device: i32, len: usize) -> Result<usize> {
+    /// `len` bytes of device memory on `device` (tests and benchmarks); see
+    /// [`DeviceAllocation`].
+    fn device_alloc(&self, device: i32, len: usize) -> Result<DevicePtr> {
         let _ = (device, len);
         Err(no_gpu())
     }
     /// Frees what [`GpuRuntime::device_alloc`] returned.
-    fn device_free(&self, ptr: usize) {
+    ///
+    /// # Safety
+    /// `ptr` came from `device_alloc`, is freed once, and nothing uses it.
+    unsafe fn device_free(&self, ptr: DevicePtr) {
         let _ = ptr;
     }
     /// Sets `len` bytes of device memory to `byte`.
-    fn device_memset(&self, ptr: usize, byte: u8, len: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is device memory of this runtime nothing else uses.
+    unsafe fn device_memset(&self, ptr: DevicePtr, byte: u8, len: usize) -> Result<()> {
         let _ = (ptr, byte, len);
         Err(no_gpu())
     }
@@ -204,7 +296,7 @@ impl Drop for DeviceGuard {
 /// Device memory allocated through a runtime, freed when dropped.
 pub struct DeviceAllocation<'a> {
     rt: &'a dyn GpuRuntime,
-    ptr: usize,
+    ptr: DevicePtr,
     len: usize,
 }
 
@@ -214,21 +306,239 @@ impl<'a> DeviceAllocation<'a> {
         let ptr = rt.device_alloc(device, len)?;
         Ok(DeviceAllocation { rt, ptr, len })
     }
-    /// The device address of the first byte.
+    /// The device address of the first byte, as an integer (for
+    /// `Buffer::new` and other faces that carry addresses of any kind).
     pub fn ptr(&self) -> usize {
+        self.ptr.addr()
+    }
+    /// The device address of the first byte.
+    pub fn device_ptr(&self) -> DevicePtr {
         self.ptr
     }
+    /// Bytes allocated.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether no bytes are allocated.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// Sets every byte to `byte`.
+    pub fn fill(&mut self, byte: u8) -> Result<()> {
+        // SAFETY: the whole allocation is ours, and `&mut self` means no
+        // other call of this type uses it now.
+        unsafe { self.rt.device_memset(self.ptr, byte, self.len) }
+    }
+    /// Copies `dst.len()` bytes from offset `off` into host memory.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(off, dst.len())?;
+        // SAFETY: the range lies inside this live allocation (checked above).
+        unsafe { self.rt.copy_from_device(dst, self.ptr.offset(off)) }
+    }
+    /// Copies `src` into the allocation at offset `off`.
+    pub fn write(&mut self, off: usize, src: &[u8]) -> Result<()> {
+        self.check_range(off, src.len())?;
+        // SAFETY: the range lies inside this allocation, borrowed mutably.
+        unsafe { self.rt.copy_to_device(self.ptr.offset(off), src) }
+    }
+    fn check_range(&self, off: usize, len: usize) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::new(
+                OpError::InvalidValue,
+                format!(
+                    "{len} bytes at {off} pass the end of a {}-byte allocation",
+                    self.len
+                ),
+            )),
+        }
     }
 }
 
 impl Drop for DeviceAllocation<'_> {
     fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
+        // SAFETY: allocated in new() by this runtime and freed only here.
+        unsafe { self.rt.device_free(self.ptr) };
+    }
+}
+
+/// A stream of a runtime, destroyed (after a synchronise) when dropped.
+pub struct Stream {
+    rt: &'static dyn GpuRuntime,
+    device: i32,
+    id: StreamId,
+}
+
+impl Stream {
+    /// A new non-blocking stream on `device` (binds it for the call).
+    pub fn new(rt: &'static dyn GpuRuntime, device: i32) -> Result<Stream> {
+        let _bound = rt.bind(device)?;
+        let id = rt.stream_create(device)?;
+        Ok(Stream { rt, device, id })
+    }
+    /// The driver handle, for enqueueing on it.
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+    /// The device the stream belongs to.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+    /// Waits until everything enqueued so far has run.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live while `self` is.
+        unsafe { self.rt.stream_synchronize(self.id) }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        match self.rt.bind(self.device) {
+            Ok(_bound) => {
+                // Nothing may still run on the stream (copies out of memory
+                // about to be freed) when it goes.
+                if let Err(e) = self.synchronize() {
+                    log::warn!("synchronising a stream before destroying it: {e}");
+                }
+                // SAFETY: live, destroyed only here, never used again.
+                unsafe { self.rt.stream_destroy(self.id) };
+            }
+            Err(e) => log::warn!(
+                "cannot bind device {} to destroy a stream ({e}); it leaks",
+                self.device
+            ),
+        }
+    }
+}
+
+/// An event of a runtime, destroyed when dropped.
+pub struct Event {
+    rt: &'static dyn GpuRuntime,
+    device: i32,
+    id: EventId,
+}
+
+impl Event {
+    /// A new event on `device` (binds it for the call).
+    pub fn new(rt: &'static dyn GpuRuntime, device: i32) -> Result<Event> {
+        let _bound = rt.bind(device)?;
+        let id = rt.event_create()?;
+        Ok(Event { rt, device, id })
+    }
+    /// Records the event at the current end of `stream` (same device).
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        if stream.device != self.device {
+            return Err(Error::new(
+                OpError::InvalidValue,
+                "event and stream are of different devices",
+            ));
+        }
+        // SAFETY: both handles are live while their owners are, and of the
+        // same device (checked above).
+        unsafe { self.rt.event_record(self.id, stream.id) }
+    }
+    /// Waits until the event has completed (at once if never recorded).
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: live while `self` is.
+        unsafe { self.rt.event_synchronize(self.id) }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        match self.rt.bind(self.device) {
+            // SAFETY: live, destroyed only here, never used again.
+            Ok(_bound) => unsafe { self.rt.event_destroy(self.id) },
+            Err(e) => log::warn!(
+                "cannot bind device {} to destroy an event ({e}); it leaks",
+                self.device
+            ),
+        }
+    }
+}
+
+/// How [`PinnedHost`] memory is pinned.
+enum Pinning {
+    /// The runtime's pinned allocator.
+    Alloc,
+    /// An anonymous mapping registered with the runtime.
+    /// Kept only to be unmapped (after unregistering) when dropped.
+    Registered { _map: hipfs_sys::mem::AnonMap },
+}
+
+/// Pinned (page-locked) host memory, unpinned and freed when dropped.
+pub struct PinnedHost {
+    rt: &'static dyn GpuRuntime,
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    pinning: Pinning,
+}
+
+// SAFETY: PinnedHost owns its memory exclusively; the runtime is Sync.
+unsafe impl Send for PinnedHost {}
+// SAFETY: shared references only hand out the address, never the bytes.
+unsafe impl Sync for PinnedHost {}
+
+impl PinnedHost {
+    /// `len` bytes from the runtime's pinned allocator.
+    pub fn alloc(rt: &'static dyn GpuRuntime, len: usize) -> Result<PinnedHost> {
+        let addr = rt.alloc_pinned(len)?;
+        let ptr = std::ptr::NonNull::new(addr as *mut u8)
+            .ok_or_else(|| Error::new(OpError::InternalError, "pinned allocator gave NULL"))?;
+        Ok(PinnedHost {
+            rt,
+            ptr,
+            len,
+            pinning: Pinning::Alloc,
+        })
+    }
+    /// At least `len` bytes of anonymous memory (advised to use huge
+    /// pages, rounded up to 2 MiB) registered with the runtime.
+    pub fn map_and_register(rt: &'static dyn GpuRuntime, len: usize) -> Result<PinnedHost> {
+        let map_len = len.div_ceil(2 << 20) * (2 << 20);
+        let map = hipfs_sys::mem::AnonMap::new(map_len, true).map_err(|e| {
+            Error::system(
+                e.raw_os_error().unwrap_or(libc::ENOMEM),
+                "mmap for a bounce buffer",
+            )
+        })?;
+        // SAFETY: the mapping is ours and stays mapped until Drop, which
+        // unregisters before the map goes.
+        unsafe { rt.register_host(map.as_ptr() as usize, map.len())? };
+        let ptr = std::ptr::NonNull::new(map.as_ptr())
+            .ok_or_else(|| Error::new(OpError::InternalError, "mapping at NULL"))?;
+        Ok(PinnedHost {
+            rt,
+            ptr,
+            len: map.len(),
+            pinning: Pinning::Registered { _map: map },
+        })
+    }
+    /// The first byte.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    /// Bytes usable.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no bytes are usable.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        let addr = self.ptr.as_ptr() as usize;
+        match &self.pinning {
+            // SAFETY: allocated in alloc() by this runtime, freed only here;
+            // owners synchronise their copies before dropping (Lane does).
+            Pinning::Alloc => unsafe { self.rt.free_pinned(addr) },
+            // SAFETY: registered in map_and_register(); the map itself is
+            // unmapped after this, when the field drops.
+            Pinning::Registered { .. } => unsafe { self.rt.unregister_host(addr) },
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 
 use crate::config::{Config, SizeTParam};
 use crate::error::{Error, OpError, Result};
-use crate::gpu::GpuRuntime;
+use crate::gpu::{Event, GpuRuntime, PinnedHost, Stream};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -67,6 +67,7 @@ pub struct Plan {
     pub workers: usize,
     /// Lanes the pool may hold in total.
     pub max_lanes: usize,
+    /// How slabs are pinned.
     pub pin: PinMode,
 }
 
@@ -105,125 +106,74 @@ impl Plan {
     }
 }
 
-/// Pinned host memory owned by the pool.
-pub struct PinnedBuf {
-    ptr: usize,
-    len: usize,
-    pin: PinMode,
-}
+/// Pinned host memory owned by the pool (freed on drop).
+pub type PinnedBuf = PinnedHost;
 
-impl PinnedBuf {
-    fn new(rt: &dyn GpuRuntime, len: usize, pin: PinMode) -> Result<PinnedBuf> {
-        match pin {
-            PinMode::Alloc => Ok(PinnedBuf {
-                ptr: rt.alloc_pinned(len)?,
-                len,
-                pin,
-            }),
-            PinMode::Register => {
-                let map_len = len.div_ceil(2 << 20) * (2 << 20);
-                // SAFETY: an anonymous private mapping; no existing memory is touched.
-                let p = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        map_len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    )
-                };
-                if p == libc::MAP_FAILED {
-                    return Err(Error::last_os("mmap for a bounce buffer"));
-                }
-                // Huge pages are a hint; where THP is off this changes nothing.
-                // SAFETY: p..p+map_len is our fresh mapping.
-                unsafe { libc::madvise(p, map_len, libc::MADV_HUGEPAGE) };
-                if let Err(e) = rt.register_host(p as usize, map_len) {
-                    // SAFETY: unmapping our own fresh mapping.
-                    unsafe { libc::munmap(p, map_len) };
-                    return Err(e);
-                }
-                Ok(PinnedBuf {
-                    ptr: p as usize,
-                    len: map_len,
-                    pin,
-                })
-            }
-        }
-    }
-
-    /// The memory.
-    pub fn ptr(&self) -> *mut u8 {
-        self.ptr as *mut u8
-    }
-
-    fn free(self, rt: &dyn GpuRuntime) {
-        match self.pin {
-            PinMode::Alloc => rt.free_pinned(self.ptr),
-            PinMode::Register => {
-                rt.unregister_host(self.ptr);
-                // SAFETY: the mapping made in new(), unpinned just above.
-                unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-            }
-        }
+fn pinned_buf(rt: &'static dyn GpuRuntime, len: usize, pin: PinMode) -> Result<PinnedBuf> {
+    match pin {
+        PinMode::Alloc => PinnedHost::alloc(rt, len),
+        PinMode::Register => PinnedHost::map_and_register(rt, len),
     }
 }
 
 /// One slab and the event recorded after the last copy that used it.
 pub struct Slot {
+    /// The slab.
     pub buf: PinnedBuf,
-    pub event: usize,
+    /// Completes when the GPU is done with the slab.
+    pub event: Event,
 }
 
-/// One worker's stream and slabs.
+/// One worker's stream and slabs. Everything is freed on drop, after the
+/// stream has drained (nothing may still read a slab when it goes).
 pub struct Lane {
+    /// The device the stream and events belong to.
     pub device: i32,
-    pub stream: usize,
+    /// The slabs, each with its event. Declared before `stream`: fields
+    /// drop in order, and the stream is destroyed last.
     pub slots: Vec<Slot>,
+    /// The worker's stream.
+    pub stream: Stream,
+    rt: &'static dyn GpuRuntime,
     plan: Plan,
 }
 
 impl Lane {
-    fn new(rt: &dyn GpuRuntime, device: i32, plan: Plan) -> Result<Lane> {
+    fn new(rt: &'static dyn GpuRuntime, device: i32, plan: Plan) -> Result<Lane> {
         let _bound = rt.bind(device)?;
-        let stream = rt.stream_create(device)?;
-        let mut lane = Lane {
-            device,
-            stream,
-            slots: Vec::new(),
-            plan,
-        };
+        let stream = Stream::new(rt, device)?;
+        // On an error below, what was made so far drops and frees itself.
+        let mut slots = Vec::with_capacity(plan.depth);
         for _ in 0..plan.depth {
-            let buf = match PinnedBuf::new(rt, plan.slab, plan.pin) {
-                Ok(b) => b,
-                Err(e) => {
-                    lane.destroy(rt);
-                    return Err(e);
-                }
-            };
-            let event = match rt.event_create() {
-                Ok(ev) => ev,
-                Err(e) => {
-                    buf.free(rt);
-                    lane.destroy(rt);
-                    return Err(e);
-                }
-            };
-            lane.slots.push(Slot { buf, event });
+            let buf = pinned_buf(rt, plan.slab, plan.pin)?;
+            let event = Event::new(rt, device)?;
+            slots.push(Slot { buf, event });
         }
-        Ok(lane)
+        Ok(Lane {
+            device,
+            slots,
+            stream,
+            rt,
+            plan,
+        })
     }
+}
 
-    fn destroy(self, rt: &dyn GpuRuntime) {
-        if let Ok(_bound) = rt.bind(self.device) {
-            // Nothing may still be reading the slabs when they are freed.
-            let _ = rt.stream_synchronize(self.stream);
-            for s in self.slots {
-                rt.event_destroy(s.event);
-                s.buf.free(rt);
+impl Drop for Lane {
+    fn drop(&mut self) {
+        // Wait for the copies still queued before the slabs are freed. When
+        // the device cannot be bound (its context is gone) nothing of ours
+        // can still run on it; the fields are freed all the same.
+        match self.rt.bind(self.device) {
+            Ok(_bound) => {
+                if let Err(e) = self.stream.synchronize() {
+                    log::warn!("draining a bounce lane before freeing it: {e}");
+                }
             }
-            rt.stream_destroy(self.stream);
+            Err(e) => log::warn!(
+                "cannot bind device {} to drain a bounce lane: {e}",
+                self.device
+            ),
         }
     }
 }
@@ -240,6 +190,7 @@ static RETURNED: Condvar = Condvar::new();
 /// Lanes lent to one request; they go back to the pool on drop.
 pub struct Lanes {
     rt: &'static dyn GpuRuntime,
+    /// The lanes, one per worker.
     pub lanes: Vec<Mutex<Lane>>,
 }
 
@@ -278,9 +229,7 @@ pub fn acquire(rt: &'static dyn GpuRuntime, device: i32, plan: &Plan) -> Result<
             stale.extend(old);
         }
         pool.live -= stale.len();
-        for l in stale {
-            l.destroy(rt);
-        }
+        drop(stale);
         let free = pool.free.entry(device).or_default();
         while out.len() < plan.workers {
             match free.pop() {
@@ -335,9 +284,13 @@ impl Lanes {
 /// a slab or finish, and enqueueing copies.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Profile {
+    /// Reading the file into slabs.
     pub file_ns: u64,
+    /// Waiting for the GPU.
     pub wait_ns: u64,
+    /// Enqueueing copies.
     pub enqueue_ns: u64,
+    /// Chunks moved.
     pub chunks: u64,
 }
 

@@ -51,26 +51,35 @@ impl MemTarget {
 /// `base + buffer_offset`.
 #[derive(Debug, Clone, Copy)]
 pub struct Span {
+    /// Address of the buffer's first byte.
     pub base: usize,
+    /// Bytes to move.
     pub size: usize,
+    /// Where in the file.
     pub file_offset: i64,
+    /// Where in the buffer, from `base`.
     pub buffer_offset: i64,
 }
 
 /// Direction of a transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dir {
+    /// File to memory.
     Read,
+    /// Memory to file.
     Write,
 }
 
 /// A validated request.
 #[derive(Debug, Clone, Copy)]
 pub struct Request {
+    /// Read or write.
     pub dir: Dir,
     /// First byte of the destination (read) or source (write) memory.
     pub mem: usize,
+    /// Bytes to move.
     pub size: usize,
+    /// Offset in the file.
     pub file_offset: u64,
 }
 

@@ -19,7 +19,7 @@ use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, GpuRuntime};
+use crate::gpu::{self, DevicePtr, GpuRuntime};
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -218,7 +218,7 @@ impl Job<'_> {
             let slot = &lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
-            rt.event_synchronize(slot.event)?;
+            slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
             // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
@@ -232,9 +232,14 @@ impl Job<'_> {
                     // right after the copy, completes; the destination is
                     // inside the validated request.
                     unsafe {
-                        rt.copy_to_device_async(self.req.mem + m, slot.buf.ptr(), got, lane.stream)?
+                        rt.copy_to_device_async(
+                            DevicePtr::from_addr(self.req.mem + m),
+                            slot.buf.ptr(),
+                            got,
+                            lane.stream.id(),
+                        )?
                     };
-                    rt.event_record(slot.event, lane.stream)?;
+                    slot.event.record(&lane.stream)?;
                     prof.enqueue_ns += ns(t);
                     stats::record_read(self.src.path(), got);
                 }
@@ -243,7 +248,7 @@ impl Job<'_> {
             self.put(i, r, len);
         }
         let t = Instant::now();
-        rt.stream_synchronize(lane.stream)?;
+        lane.stream.synchronize()?;
         prof.wait_ns += ns(t);
         bounce_pool::add_profile(&prof);
         Ok(())
@@ -271,9 +276,14 @@ impl Job<'_> {
                 // SAFETY: this slab's previous write to the file finished
                 // (writes are synchronous), so the copy may overwrite it.
                 unsafe {
-                    rt.copy_from_device_async(slot.buf.ptr(), self.req.mem + m, len, lane.stream)?
+                    rt.copy_from_device_async(
+                        slot.buf.ptr(),
+                        DevicePtr::from_addr(self.req.mem + m),
+                        len,
+                        lane.stream.id(),
+                    )?
                 };
-                rt.event_record(slot.event, lane.stream)?;
+                slot.event.record(&lane.stream)?;
                 prof.enqueue_ns += ns(t);
                 queued.push_back((i, s));
             }
@@ -283,7 +293,7 @@ impl Job<'_> {
             let (off, len, _) = (self.bounds)(i);
             let slot = &lane.slots[s];
             let t = Instant::now();
-            rt.event_synchronize(slot.event)?;
+            slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
             // SAFETY: the slab holds len bytes copied from the device (its event completed).

@@ -114,19 +114,7 @@ impl Token {
 /// Random bytes from the kernel.
 pub fn random_nonce() -> Result<[u8; NONCE_LEN], RemoteError> {
     let mut n = [0u8; NONCE_LEN];
-    let mut got = 0;
-    while got < n.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `n`.
-        let rc = unsafe { libc::getrandom(n[got..].as_mut_ptr().cast(), n.len() - got, 0) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(RemoteError::Io(e));
-        }
-        got += rc as usize;
-    }
+    hipfs_sys::rand::fill(&mut n).map_err(RemoteError::Io)?;
     Ok(n)
 }
 

@@ -17,15 +17,23 @@ use super::RemoteError;
 /// The `-o` options of `hipfs mount` (and of `mount -t fuse.hipfs`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MountOptions {
+    /// Refuse writes.
     pub read_only: bool,
+    /// Let other users in (`allow_other`).
     pub allow_other: bool,
+    /// File holding the token.
     pub token_file: Option<PathBuf>,
+    /// How long the kernel caches attributes.
     pub attr_timeout: Option<Duration>,
+    /// How long the kernel caches names.
     pub entry_timeout: Option<Duration>,
+    /// Bypass the page cache.
     pub direct_io: bool,
     /// How long a call waits for an absent server before failing.
     pub timeout: Duration,
+    /// Which transport to use.
     pub transport: TransportKind,
+    /// FUSE worker threads.
     pub threads: Option<usize>,
     /// Page-cache readahead window in bytes (`max_readahead=SIZE`); `None` keeps
     /// [`MountConfig`]'s default.
@@ -184,8 +192,11 @@ impl MountOptions {
 
 /// A mounted export and, for `--local`, the in-process server behind it.
 pub struct LocalMount {
+    /// The FUSE mount.
     pub handle: Option<MountHandle>,
+    /// The client serving it.
     pub client: Arc<RemoteClient>,
+    /// The local server of a `--local` mount.
     pub server: Option<Server>,
 }
 

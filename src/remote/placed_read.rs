@@ -32,7 +32,7 @@ impl RemoteClient {
                 offset,
                 len,
                 dest: Some(ReadDest {
-                    region: buf.region.descriptor(),
+                    region: buf.region().descriptor(),
                     offset: 0,
                 }),
             },

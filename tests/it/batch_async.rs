@@ -6,6 +6,7 @@
 use crate::common;
 use crate::common::pattern;
 use hipfs::batch::{BatchIo, IoEvent, IoParams, Opcode, Status};
+use hipfs::gpu::StreamId;
 use hipfs::handle::{handle_deregister, handle_register};
 use hipfs::stream::{read_async, stream_deregister, stream_register, write_async, AsyncArgs};
 use hipfs::{
@@ -64,7 +65,7 @@ impl TestStream {
         if rt.name() == "host" {
             TestStream(tag)
         } else {
-            TestStream(rt.stream_create(0).unwrap())
+            TestStream(rt.stream_create(0).unwrap().0)
         }
     }
 }
@@ -73,8 +74,11 @@ impl Drop for TestStream {
     fn drop(&mut self) {
         let rt = hipfs::gpu::runtime();
         if rt.name() != "host" {
-            let _ = rt.stream_synchronize(self.0);
-            rt.stream_destroy(self.0);
+            // SAFETY: the stream made in new(), destroyed only here.
+            unsafe {
+                let _ = rt.stream_synchronize(StreamId(self.0));
+                rt.stream_destroy(StreamId(self.0));
+            }
         }
     }
 }
@@ -366,10 +370,13 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
         .map(|i| h.read(&mut mem[i * 4096..], 1024, i))
         .collect();
     // SAFETY (every submit below): mem outlives the I/O; the batch is dropped first.
+    // SAFETY: as the comment above says.
     let err = unsafe { batch.submit(&ops, 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
+    // SAFETY: mem outlives the I/O; the batch is dropped first.
     unsafe { batch.submit(&ops[..4], 0) }.unwrap();
     // The four are in flight (held at the gate): one more does not fit.
+    // SAFETY: as above.
     let err = unsafe { batch.submit(&ops[4..], 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
     gate.release();
@@ -380,8 +387,10 @@ fn a_batch_holds_at_most_max_operations_until_their_events_are_collected() {
     for (i, o) in ops2.iter_mut().enumerate() {
         o.cookie = 10 + i;
     }
+    // SAFETY: as above.
     let err = unsafe { batch.submit(&ops2[..3], 0) }.unwrap_err();
     assert_eq!(err.op(), OpError::BatchFull);
+    // SAFETY: as above.
     unsafe { batch.submit(&ops2[..2], 0) }.unwrap();
     let rest = batch.get_status(4, 4, None).unwrap();
     let all: Vec<IoEvent> = first.into_iter().chain(rest).collect();
@@ -464,6 +473,7 @@ fn one_bad_operation_fails_the_whole_submit_and_nothing_runs() {
     // The refused submits took no slots: the full good set still fits twice over.
     // SAFETY: mem outlives the batch: the events are collected below.
     unsafe { batch.submit(&good, 0) }.unwrap();
+    // SAFETY: as above.
     unsafe { batch.submit(&good, 0) }.unwrap();
     let ev = batch.get_status(16, 16, None).unwrap();
     assert!(ev.iter().all(|e| e.status == Status::Complete));
@@ -612,6 +622,7 @@ fn cancel_stops_queued_operations_and_waits_for_running_ones() {
         );
     }
     // After cancel the batch is reusable.
+    // SAFETY: as above.
     unsafe { batch.submit(&ops[..1], 0) }.unwrap();
     assert_eq!(
         batch.get_status(1, 1, None).unwrap()[0].status,
@@ -639,6 +650,7 @@ fn the_c_style_id_functions_drive_the_same_batches() {
     assert_eq!(batch_destroy(id).unwrap_err().op(), OpError::InvalidValue);
     // SAFETY: refused before any I/O.
     assert_eq!(
+        // SAFETY: refused before any I/O.
         unsafe { batch_submit(id, &ops, 0) }.unwrap_err().op(),
         OpError::InvalidValue
     );
@@ -649,19 +661,22 @@ fn the_c_style_id_functions_drive_the_same_batches() {
 /// Holds `stream` until the returned sender is used (or dropped).
 fn block_stream(stream: usize) -> std::sync::mpsc::Sender<()> {
     let (tx, rx) = channel::<()>();
-    hipfs::gpu::runtime()
-        .launch_host_func(
-            stream,
+    // SAFETY: tests pass streams of TestStream (live) or 0.
+    unsafe {
+        hipfs::gpu::runtime().launch_host_func(
+            StreamId(stream),
             Box::new(move || {
                 let _ = rx.recv();
             }),
         )
-        .unwrap();
+    }
+    .unwrap();
     tx
 }
 
 fn sync(stream: usize) {
-    hipfs::gpu::runtime().stream_synchronize(stream).unwrap();
+    // SAFETY: as in block_stream.
+    unsafe { hipfs::gpu::runtime().stream_synchronize(StreamId(stream)) }.unwrap();
 }
 
 #[test]
@@ -836,6 +851,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let stream_s = TestStream::new(0xA5_0005);
     let stream = stream_s.0;
     // SAFETY (all calls): refused before anything is enqueued.
+    // SAFETY: refused before anything is enqueued.
     let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
     assert_eq!(err.op(), OpError::InvalidValue);
     for flags in [0x10, 0x1f, u32::MAX] {
@@ -859,6 +875,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let mut out = 0isize;
     let h = fh.handle().unwrap();
     let p = mem_ptr(&buf);
+    // SAFETY: as above.
     unsafe {
         assert_eq!(
             read_async(h, p, std::ptr::null(), &off, &off, &mut out, stream)
@@ -886,6 +903,7 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
         );
     }
     stream_deregister(stream).unwrap();
+    // SAFETY: as above.
     let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
     assert_eq!(
         err.op(),
@@ -990,22 +1008,27 @@ impl DeviceMem {
             rt.device_count() > 0,
             "no GPU; these tests need HIPFS_REQUIRE_GPU=1 builds on a GPU machine"
         );
-        let ptr = rt.device_alloc(0, len).unwrap();
-        rt.device_memset(ptr, poison, len).unwrap();
+        let ptr = rt.device_alloc(0, len).unwrap().addr();
+        // SAFETY: the allocation just made, `len` bytes.
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(ptr), poison, len) }.unwrap();
         DeviceMem { ptr, len }
     }
     fn to_host(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.len];
-        hipfs::gpu::runtime()
-            .copy_from_device(&mut v, self.ptr)
-            .unwrap();
+        // SAFETY: `len` bytes of the live allocation.
+        unsafe {
+            hipfs::gpu::runtime()
+                .copy_from_device(&mut v, hipfs::gpu::DevicePtr::from_addr(self.ptr))
+        }
+        .unwrap();
         v
     }
 }
 
 impl Drop for DeviceMem {
     fn drop(&mut self) {
-        hipfs::gpu::runtime().device_free(self.ptr);
+        // SAFETY: allocated in new(), freed only here.
+        unsafe { hipfs::gpu::runtime().device_free(hipfs::gpu::DevicePtr::from_addr(self.ptr)) };
     }
 }
 
@@ -1178,7 +1201,8 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
             let mut n = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let p = hipfs::gpu::runtime().device_alloc(0, 1 << 20).unwrap();
-                hipfs::gpu::runtime().device_free(p);
+                // SAFETY: allocated just above, used by nothing.
+                unsafe { hipfs::gpu::runtime().device_free(p) };
                 n += 1;
             }
             n
@@ -1214,7 +1238,8 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
                 std::process::abort();
             }
         });
-        rt.stream_synchronize(stream).unwrap();
+        // SAFETY: the test's live stream.
+        unsafe { rt.stream_synchronize(StreamId(stream)) }.unwrap();
         let _ = done_tx.send(());
         watchdog.join().unwrap();
         // SAFETY: the stream is done with the result slots.

@@ -29,20 +29,26 @@ impl Dev {
     pub fn new(rt: &'static dyn GpuRuntime, len: usize) -> Dev {
         Dev {
             rt,
-            ptr: rt.device_alloc(0, len).unwrap(),
+            ptr: rt.device_alloc(0, len).unwrap().addr(),
             len,
         }
     }
     /// `len` bytes, every one set to `byte`.
     pub fn filled(rt: &'static dyn GpuRuntime, len: usize, byte: u8) -> Dev {
         let d = Dev::new(rt, len);
-        rt.device_memset(d.ptr, byte, len).unwrap();
+        // SAFETY: the test's own live device allocation, in range.
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(d.ptr), byte, len) }.unwrap();
         d
     }
     /// `n` bytes from offset `off`, copied to the host.
     pub fn fetch_at(&self, off: usize, n: usize) -> Vec<u8> {
         let mut v = vec![0u8; n];
-        self.rt.copy_from_device(&mut v, self.ptr + off).unwrap();
+        // SAFETY: the test's own live device allocation, in range.
+        unsafe {
+            self.rt
+                .copy_from_device(&mut v, hipfs::gpu::DevicePtr::from_addr(self.ptr + off))
+        }
+        .unwrap();
         v
     }
     /// The whole allocation, copied to the host.
@@ -57,6 +63,10 @@ impl Dev {
 
 impl Drop for Dev {
     fn drop(&mut self) {
-        self.rt.device_free(self.ptr);
+        // SAFETY: allocated by this test, freed once, no longer used.
+        unsafe {
+            self.rt
+                .device_free(hipfs::gpu::DevicePtr::from_addr(self.ptr))
+        };
     }
 }

@@ -52,7 +52,9 @@ fn round_trips(
         let boff = rng.pick(1 << 20);
         let size = 1 + rng.pick(dev.len - boff - 1);
         let off = rng.pick(FILE_LEN - 1);
-        rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
+        // SAFETY: the test's own live device allocation, in range.
+        unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }
+            .unwrap();
         let got = fh.read(&mut buf, size, off as i64, boff as i64).unwrap();
         let want = size.min(FILE_LEN - off);
         assert_eq!(
@@ -129,7 +131,8 @@ fn many_threads_read_into_one_device_buffer_without_mixing_bytes() {
     let data = pattern(13, FILE_LEN);
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, FILE_LEN);
-    rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
+    // SAFETY: the test's own live device allocation, in range.
+    unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }.unwrap();
     let mut buf = dev.buffer();
     buf.register().unwrap();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
@@ -170,7 +173,8 @@ fn device_writes_at_random_offsets_land_in_the_file() {
     let path = write_file(dir.path(), "f", &expect);
     let src = pattern(15, 16 << 20);
     let dev = Dev::new(rt, src.len());
-    rt.copy_to_device(dev.ptr, &src).unwrap();
+    // SAFETY: the test's own live device allocation, in range.
+    unsafe { rt.copy_to_device(hipfs::gpu::DevicePtr::from_addr(dev.ptr), &src) }.unwrap();
     let buf = dev.buffer();
     buf.register().unwrap();
     let mut fh = FileHandle::new(&path, libc::O_RDWR, 0, FileHandleType::OpaqueFd);
@@ -211,7 +215,8 @@ fn reads_past_the_end_of_file_stop_short_into_device_memory() {
     let data = pattern(16, 5 << 20 | 123);
     let path = write_file(dir.path(), "f", &data);
     let dev = Dev::new(rt, 8 << 20);
-    rt.device_memset(dev.ptr, 0xA5, dev.len).unwrap();
+    // SAFETY: the test's own live device allocation, in range.
+    unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0xA5, dev.len) }.unwrap();
     let mut buf = dev.buffer();
     let mut fh = FileHandle::new(&path, libc::O_RDONLY, 0, FileHandleType::OpaqueFd);
     fh.open().unwrap();
@@ -248,7 +253,8 @@ fn device_pointers_are_classified_and_ranges_checked_against_the_allocation() {
     // Pinned host memory is host memory the GPU can reach.
     let pinned = rt.alloc_pinned(1 << 20).unwrap();
     assert_eq!(gpu::classify(pinned).kind, MemoryKind::PinnedHost);
-    rt.free_pinned(pinned);
+    // SAFETY: allocated by this test, freed once, no longer used.
+    unsafe { rt.free_pinned(pinned) };
     // Plain heap memory is unknown to the runtime.
     let heap = vec![0u8; 4096];
     assert_eq!(gpu::classify(heap.as_ptr() as usize).kind, MemoryKind::Host);
@@ -262,14 +268,14 @@ fn device_pointers_are_classified_and_ranges_checked_against_the_allocation() {
 fn host_functions_run_in_stream_order() {
     let rt = gpu();
     let _g = rt.bind(0).unwrap();
-    let stream = rt.stream_create(0).unwrap();
+    let stream = gpu::Stream::new(rt, 0).unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     for i in 0..20 {
         let s = std::sync::Arc::clone(&seen);
-        rt.launch_host_func(stream, Box::new(move || s.lock().unwrap().push(i)))
+        // SAFETY: the stream is live while `stream` is.
+        unsafe { rt.launch_host_func(stream.id(), Box::new(move || s.lock().unwrap().push(i))) }
             .unwrap();
     }
-    rt.stream_synchronize(stream).unwrap();
+    stream.synchronize().unwrap();
     assert_eq!(*seen.lock().unwrap(), (0..20).collect::<Vec<_>>());
-    rt.stream_destroy(stream);
 }

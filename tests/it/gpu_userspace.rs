@@ -53,7 +53,9 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
             };
             let boff = (lcg(&mut x) as usize) % (dev.len - len + 1);
             let off = lcg(&mut x) % (size as u64 + 8192);
-            rt.device_memset(dev.ptr, 0x5a, dev.len).unwrap();
+            // SAFETY: the test's own live device allocation, in range.
+            unsafe { rt.device_memset(hipfs::gpu::DevicePtr::from_addr(dev.ptr), 0x5a, dev.len) }
+                .unwrap();
             let n = fh.read(&mut buf, len, off as i64, boff as i64).unwrap();
             let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
             assert_eq!(n, want, "round {round}: read {len} at {off} into +{boff}");
@@ -87,7 +89,8 @@ fn userspace_writes_from_device_memory_land_in_the_exported_file() {
     let size = (20 << 20) + 777;
     let data = pattern(11, size);
     let dev = Dev::new(rt, size);
-    rt.copy_to_device(dev.ptr, &data).unwrap();
+    // SAFETY: the test's own live device allocation, in range.
+    unsafe { rt.copy_to_device(hipfs::gpu::DevicePtr::from_addr(dev.ptr), &data) }.unwrap();
     let fh = open_us(&fx.m("out"), libc::O_RDWR | libc::O_CREAT);
     let buf = dev.buffer();
     buf.register().unwrap();

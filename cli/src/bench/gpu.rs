@@ -152,9 +152,11 @@ impl<'a> Pinned<'a> {
     }
 }
 
+#[allow(unsafe_code)]
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.rt.free_pinned(self.ptr);
+        // SAFETY: allocated in new() by this runtime, freed only here.
+        unsafe { self.rt.free_pinned(self.ptr) };
     }
 }
 
@@ -171,6 +173,7 @@ struct Bench<'a> {
 
 impl Bench<'_> {
     /// Copies the device buffer back and compares it with the file's hashes.
+    #[allow(unsafe_code)]
     fn verify(&mut self, what: &str) -> Result<()> {
         let mut got = Vec::with_capacity(self.reference.len());
         let piece = self.stage.len;
@@ -178,7 +181,11 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(piece);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe {
+                self.rt
+                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
+            };
             got.extend(hash_parallel(host));
             off += n;
         }
@@ -198,8 +205,13 @@ impl Bench<'_> {
         Ok(())
     }
 
+    #[allow(unsafe_code)]
     fn poison(&self) -> Result<()> {
-        self.rt.device_memset(self.dev.ptr(), 0xA5, self.size)
+        // SAFETY: the whole allocation, which the benchmark owns.
+        unsafe {
+            self.rt
+                .device_memset(self.dev.device_ptr(), 0xA5, self.size)
+        }
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
@@ -218,26 +230,36 @@ impl Bench<'_> {
             let r = unsafe {
                 if to_device {
                     self.rt
-                        .copy_to_device_async(self.dev.ptr() + off, src, n, stream)
+                        .copy_to_device_async(self.dev.device_ptr().offset(off), src, n, stream)
                 } else {
-                    self.rt
-                        .copy_from_device_async(src, self.dev.ptr() + off, n, stream)
+                    self.rt.copy_from_device_async(
+                        src,
+                        self.dev.device_ptr().offset(off),
+                        n,
+                        stream,
+                    )
                 }
             };
             if let Err(e) = r {
-                let _ = self.rt.stream_synchronize(stream);
-                self.rt.stream_destroy(stream);
+                // SAFETY: the stream made above, destroyed once.
+                unsafe {
+                    let _ = self.rt.stream_synchronize(stream);
+                    self.rt.stream_destroy(stream);
+                }
                 return Err(e);
             }
             off += n;
         }
-        let r = self.rt.stream_synchronize(stream);
+        // SAFETY: the stream made above.
+        let r = unsafe { self.rt.stream_synchronize(stream) };
         let d = t.elapsed();
-        self.rt.stream_destroy(stream);
+        // SAFETY: destroyed once, not used afterwards.
+        unsafe { self.rt.stream_destroy(stream) };
         r.map(|_| d)
     }
 
     /// One thread: pread 16 MiB into pinned memory, copy it, repeat.
+    #[allow(unsafe_code)]
     fn single_thread_read(&mut self, direct: bool) -> Result<Duration> {
         let f = open(&self.args.file, direct, false)?;
         let t = Instant::now();
@@ -249,14 +271,18 @@ impl Bench<'_> {
             if got == 0 {
                 break;
             }
-            self.rt
-                .copy_to_device(self.dev.ptr() + off, &host[..got.min(n)])?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe {
+                self.rt
+                    .copy_to_device(self.dev.device_ptr().offset(off), &host[..got.min(n)])?
+            };
             off += got;
         }
         Ok(t.elapsed())
     }
 
     /// One thread: copy 16 MiB from the device, pwrite it, repeat.
+    #[allow(unsafe_code)]
     fn single_thread_write(&mut self, out: &Path) -> Result<Duration> {
         let f = std::fs::OpenOptions::new()
             .write(true)
@@ -268,7 +294,11 @@ impl Bench<'_> {
         while off < self.size {
             let n = (self.size - off).min(CHUNK);
             let host = &mut self.stage.slice()[..n];
-            self.rt.copy_from_device(host, self.dev.ptr() + off)?;
+            // SAFETY: off + n <= size, the device allocation's length.
+            unsafe {
+                self.rt
+                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
+            };
             f.write_all_at(host, off as u64)?;
             off += n;
         }

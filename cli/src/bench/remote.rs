@@ -17,8 +17,11 @@ use super::median;
 /// One row of the result table.
 #[derive(Clone, Debug)]
 pub struct MountBenchRow {
+    /// The path measured.
     pub path: String,
+    /// Throughput.
     pub gib_per_s: f64,
+    /// Throughput over the reference row.
     pub ratio: f64,
 }
 
@@ -29,6 +32,7 @@ pub struct MountBenchOptions {
     pub file: PathBuf,
     /// Creates the file with this many bytes of pseudo-random data first when it is missing.
     pub create_size: Option<u64>,
+    /// Runs per row.
     pub repeats: usize,
     /// How the FUSE mount is set up (`-o` of the bench).
     pub mount: MountOptions,
@@ -285,7 +289,10 @@ pub enum BenchMemory {
     Host,
     /// Device memory of GPU `device` holding the whole file (each call at
     /// its own buffer offset), checked after the timed read.
-    Gpu { device: i32 },
+    Gpu {
+        /// The GPU's ordinal.
+        device: i32,
+    },
 }
 
 /// Reads `path` with a hipfs `FileHandle` of `kind` in `request`-byte calls
@@ -337,9 +344,9 @@ fn read_with_handle(
         BenchMemory::Gpu { device } => {
             let rt = hipfs::gpu::runtime();
             let len = size.max(1);
-            let dev = hipfs::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
+            let mut dev = hipfs::gpu::DeviceAllocation::new(rt, device, len).map_err(to_remote)?;
             // Poisoned, so bytes that never arrived cannot pass the check.
-            rt.device_memset(dev.ptr(), 0xa5, len).map_err(to_remote)?;
+            dev.fill(0xa5).map_err(to_remote)?;
             let mut buf = hipfs::Buffer::from_device(&dev, 0);
             buf.register().map_err(to_remote)?;
             let t = Instant::now();
@@ -359,8 +366,7 @@ fn read_with_handle(
             let mut off = 0usize;
             while off < total as usize {
                 let n = host.len().min(total as usize - off);
-                rt.copy_from_device(&mut host[..n], dev.ptr() + off)
-                    .map_err(to_remote)?;
+                dev.read(off, &mut host[..n]).map_err(to_remote)?;
                 sum = fnv(sum, &host[..n]);
                 off += n;
             }

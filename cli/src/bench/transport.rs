@@ -103,8 +103,10 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
     // Every byte written: untouched zeroed memory maps the one shared zero
     // page, which would make the sender's reads look cheaper than the
     // plain-socket ceiling's.
-    let sr = OwnedRegion::new(server.as_ref(), span, 0x5a)?;
-    let cr = OwnedRegion::new(client.as_ref(), span, 0x5a)?;
+    let mut sr = OwnedRegion::new(server.as_ref(), span)?;
+    sr.bytes_mut().fill(0x5a);
+    let mut cr = OwnedRegion::new(client.as_ref(), span)?;
+    cr.bytes_mut().fill(0x5a);
     let desc = sr.region().descriptor();
     let blocks = spec.total_bytes.div_ceil(spec.block_size as u64);
     let next = AtomicU64::new(0);

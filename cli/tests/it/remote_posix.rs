@@ -427,6 +427,7 @@ fn nix_statvfs(p: &Path) -> (u64, u64) {
     let c = cpath(p);
     // SAFETY: zeroed statvfs is valid to overwrite; NUL-terminated path.
     let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `s` is writable for its size; `c` is NUL-terminated.
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
     (s.f_blocks, s.f_bsize)
 }

@@ -135,6 +135,7 @@ fn userspace_writes_at_random_offsets_land_in_the_exported_file() {
     fh.read(&mut buf, 9, 100, 0).unwrap();
     // SAFETY: as above.
     assert_eq!(
+        // SAFETY: the buffer holds at least 9 bytes, just filled by the read.
         unsafe { std::slice::from_raw_parts(buf.ptr(), 9) },
         b"via mount"
     );
@@ -311,6 +312,7 @@ fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
     assert_eq!(fh.read(&mut buf, 9, 0, 0).unwrap(), 9);
     // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         unsafe { std::slice::from_raw_parts(buf.ptr(), 9) },
         b"transport"
     );

@@ -85,11 +85,17 @@ impl Status {
 /// A frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
+    /// What the frame is.
     pub kind: FrameKind,
+    /// Key of the region the frame addresses.
     pub rkey: u32,
+    /// Outcome (replies only).
     pub status: Status,
+    /// Matches a reply to its request.
     pub op_id: u64,
+    /// Address inside the region.
     pub addr: u64,
+    /// Payload (or requested) length in bytes.
     pub len: u64,
 }
 
@@ -115,6 +121,7 @@ impl Header {
         }
     }
 
+    /// The header as sent on the wire.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0] = self.kind as u8;
@@ -188,13 +195,18 @@ const HELLO_MAGIC: [u8; 8] = *b"HIPFSTCP";
 /// (token) and which lane this stream is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
+    /// Connection token shared by every lane of one connection.
     pub token: u64,
+    /// This lane's index.
     pub lane: u16,
+    /// Lanes the connection has.
     pub lanes: u16,
+    /// Largest control message the sender accepts.
     pub max_message: u32,
 }
 
 impl Hello {
+    /// The hello as sent on the wire.
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[0..8].copy_from_slice(&HELLO_MAGIC);
@@ -206,6 +218,7 @@ impl Hello {
         b
     }
 
+    /// Parses a hello, refusing a bad magic or version.
     pub fn decode(b: &[u8; HELLO_LEN]) -> Result<Self> {
         let bad = |why: &str| Error::Protocol(format!("bad hello: {why}"));
         if b[0..8] != HELLO_MAGIC {
@@ -238,6 +251,7 @@ impl Hello {
 /// `max_message` (the connection uses the smaller of the two).
 pub const HELLO_ACK_LEN: usize = 16;
 
+/// The listener's answer to a complete set of lanes.
 pub fn encode_hello_ack(max_message: u32) -> [u8; HELLO_ACK_LEN] {
     let mut b = [0u8; HELLO_ACK_LEN];
     b[0..8].copy_from_slice(&HELLO_MAGIC);
@@ -246,6 +260,7 @@ pub fn encode_hello_ack(max_message: u32) -> [u8; HELLO_ACK_LEN] {
     b
 }
 
+/// Parses the answer: the listener's largest control message.
 pub fn decode_hello_ack(b: &[u8; HELLO_ACK_LEN]) -> Result<u32> {
     if b[0..8] != HELLO_MAGIC || b[8] != VERSION {
         return Err(Error::Protocol("bad hello answer from listener".into()));

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -60,22 +60,15 @@ fn accept_loop(
     ready: Sender<Result<TcpConnection>>,
 ) {
     let groups: Groups = Arc::new(Mutex::new(HashMap::new()));
-    let fd = l.as_raw_fd();
     while !closed.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: pfd is a valid pollfd for the duration of the call. A
-        // short timeout lets close() take effect without a wake-up socket.
-        let n = unsafe { libc::poll(&mut pfd, 1, 100) };
+        // A short timeout lets close() take effect without a wake-up socket.
+        let readable = hipfs_sys::process::poll_readable(l.as_fd(), 100).unwrap_or(false);
         // Forget half-open connections whose lanes never all arrived.
         groups
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|_, g| g.started.elapsed() < cfg.op_timeout);
-        if n <= 0 {
+        if !readable {
             continue;
         }
         let (s, _) = match l.accept() {
@@ -139,7 +132,7 @@ fn handshake(
             max_message: max_message as usize,
             chunk: cfg.chunk_size,
             op_timeout: cfg.op_timeout,
-            key_seed: random_u64() as u32,
+            key_seed: random_u64()? as u32,
         },
     );
     let _ = ready.send(conn);
@@ -201,7 +194,7 @@ impl TcpConnection {
             .map_err(|e| Error::InvalidArgument(format!("cannot resolve '{addr}': {e}")))?
             .next()
             .ok_or_else(|| Error::InvalidArgument(format!("'{addr}' resolves to nothing")))?;
-        let token = random_u64();
+        let token = random_u64()?;
         let mut streams = Vec::with_capacity(cfg.lanes);
         let mut peer_max = u32::MAX;
         for lane in 0..cfg.lanes {
@@ -240,7 +233,7 @@ impl TcpConnection {
                 max_message: (cfg.max_message as u32).min(peer_max) as usize,
                 chunk: cfg.chunk_size,
                 op_timeout: cfg.op_timeout,
-                key_seed: random_u64() as u32,
+                key_seed: random_u64()? as u32,
             },
         )
     }

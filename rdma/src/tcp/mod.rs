@@ -12,18 +12,9 @@ mod sock;
 pub use conn::TcpConnection;
 pub use listener::TcpListener;
 
-/// 64 random bits from the kernel (connection tokens, key seeds); falls
-/// back to time and pid, which only need to be unlikely to collide.
-pub(crate) fn random_u64() -> u64 {
-    let mut v = 0u64;
-    // SAFETY: writes at most 8 bytes into v.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, 0) };
-    if n == 8 {
-        return v;
-    }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ (u64::from(std::process::id()) << 32)
+/// 64 random bits from the kernel (connection tokens, region key seeds).
+/// The keys enforce one-sided confinement, so there is no predictable
+/// fallback: when the OS random source fails, so does the operation.
+pub(crate) fn random_u64() -> crate::error::Result<u64> {
+    Ok(hipfs_sys::rand::u64()?)
 }

@@ -3,7 +3,7 @@
 //! without forming Rust references to memory the peer may be changing.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 
 /// Writes all `len` bytes at `ptr` to the socket.
 ///
@@ -61,6 +61,18 @@ pub unsafe fn recv_exact(fd: RawFd, mut ptr: *mut u8, mut len: usize) -> io::Res
         len -= n as usize;
     }
     Ok(())
+}
+
+/// Writes all of `b` (see [`send_all`]).
+pub fn send_bytes(fd: RawFd, b: &[u8], more: bool) -> io::Result<()> {
+    // SAFETY: `b` is readable for its length for the whole call.
+    unsafe { send_all(fd, b.as_ptr(), b.len(), more) }
+}
+
+/// Fills all of `b` from the socket (see [`recv_exact`]).
+pub fn recv_bytes(fd: RawFd, b: &mut [u8]) -> io::Result<()> {
+    // SAFETY: `b` is writable for its length for the whole call.
+    unsafe { recv_exact(fd, b.as_mut_ptr(), b.len()) }
 }
 
 /// Reads into a fixed-size array.
@@ -123,26 +135,21 @@ pub fn send_file(sock: RawFd, file: RawFd, offset: u64, len: usize) -> io::Resul
 /// and sends them: the fallback for files `sendfile` cannot read. Returns
 /// how many bytes came from the file (fewer at end of file or on a read
 /// error); socket errors are errors.
-pub fn send_file_copied(sock: RawFd, file: RawFd, offset: u64, len: usize) -> io::Result<usize> {
+pub fn send_file_copied(
+    sock: RawFd,
+    file: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
     let mut scratch = vec![0u8; 256 * 1024];
     let mut done = 0usize;
     while done < len {
-        let Ok(off) = libc::off_t::try_from(offset + done as u64) else {
-            break;
-        };
         let want = (len - done).min(scratch.len());
-        // SAFETY: scratch has at least `want` writable bytes.
-        let n = unsafe { libc::pread(file, scratch.as_mut_ptr().cast(), want, off) };
-        if n < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
-        if n == 0 {
-            break;
-        }
-        let n = n as usize;
+        // A read error ends the file data (the caller sends zeros after it).
+        let n = match hipfs_sys::io::pread(file, &mut scratch[..want], offset + done as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
         // SAFETY: the first n bytes of scratch were just filled.
         unsafe { send_all(sock, scratch.as_ptr(), n, done + n < len)? };
         done += n;

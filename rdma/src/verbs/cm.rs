@@ -45,7 +45,7 @@ pub(super) fn next_event(ec: &EventChannel, timeout: Duration) -> Result<Option<
     }
     let mut ev: *mut rdma_cm_event = std::ptr::null_mut();
     // SAFETY: ec is live; ev receives an event we must ack.
-    let rc = unsafe { rdma_get_cm_event(ec.0, &mut ev) };
+    let rc = unsafe { rdma_get_cm_event(ec.as_ptr(), &mut ev) };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         if e.kind() == std::io::ErrorKind::WouldBlock {

@@ -94,8 +94,7 @@ impl Setup {
     }
 
     pub(super) fn pd_context(&self) -> *mut ibv_context {
-        // SAFETY: pd is live.
-        unsafe { (*self.pd.0).context }
+        self.pd.context()
     }
 
     /// Send queue depth of every QP.

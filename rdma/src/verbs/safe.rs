@@ -12,7 +12,7 @@ use super::result::{check, non_null};
 use crate::error::Result;
 
 /// An RDMA CM event channel (all CM events of its ids arrive here).
-pub struct EventChannel(pub(super) *mut rdma_event_channel);
+pub struct EventChannel(*mut rdma_event_channel);
 
 // SAFETY: librdmacm objects may be used from any thread; we serialise use
 // of each channel ourselves (one thread reads events at a time).
@@ -27,6 +27,10 @@ impl EventChannel {
             rdma_create_event_channel()
         })?;
         Ok(Arc::new(EventChannel(ec)))
+    }
+    /// The raw channel, for the CM calls of `cm` (valid while `self` is).
+    pub(super) fn as_ptr(&self) -> *mut rdma_event_channel {
+        self.0
     }
     pub(super) fn fd(&self) -> RawFd {
         // SAFETY: self.0 is a live channel.
@@ -56,7 +60,7 @@ pub(super) fn set_nonblocking(fd: RawFd) -> Result<()> {
 
 /// An RDMA CM id, with the QP created on it (if any).
 pub struct CmId {
-    pub(super) id: *mut rdma_cm_id,
+    id: *mut rdma_cm_id,
     channel: Arc<EventChannel>,
 }
 
@@ -93,6 +97,11 @@ impl CmId {
             id,
             channel: channel.clone(),
         }
+    }
+
+    /// The raw id, for the CM calls of `setup` (valid while `self` is).
+    pub(super) fn as_ptr(&self) -> *mut rdma_cm_id {
+        self.id
     }
 
     /// The device context librdmacm opened for this id (after address
@@ -159,7 +168,7 @@ impl Drop for CmId {
 }
 
 /// A protection domain.
-pub struct ProtectionDomain(pub(super) *mut ibv_pd);
+pub struct ProtectionDomain(*mut ibv_pd);
 
 // SAFETY: PDs are used concurrently by libibverbs design.
 unsafe impl Send for ProtectionDomain {}
@@ -171,6 +180,14 @@ impl ProtectionDomain {
         // SAFETY: ctx is a device context kept open by librdmacm.
         let pd = non_null("ibv_alloc_pd", unsafe { ibv_alloc_pd(ctx) })?;
         Ok(Arc::new(ProtectionDomain(pd)))
+    }
+}
+
+impl ProtectionDomain {
+    /// The device context the domain was allocated on.
+    pub(super) fn context(&self) -> *mut ibv_context {
+        // SAFETY: the domain is live while `self` is.
+        unsafe { (*self.0).context }
     }
 }
 
@@ -254,7 +271,7 @@ impl Drop for MemoryRegion {
 }
 
 /// A completion channel: lets an idle poller sleep until a completion.
-pub struct CompChannel(pub(super) *mut ibv_comp_channel);
+pub struct CompChannel(*mut ibv_comp_channel);
 
 // SAFETY: only the connection's poller thread reads it.
 unsafe impl Send for CompChannel {}
@@ -276,6 +293,20 @@ impl CompChannel {
         // SAFETY: live.
         unsafe { (*self.0).fd }
     }
+    /// Takes and acknowledges one pending completion event, if any (the
+    /// channel is non-blocking); returns whether there was one.
+    pub(super) fn ack_event(&self) -> bool {
+        let mut cq = std::ptr::null_mut();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: the channel is live; on success the event is acked once.
+        if unsafe { ibv_get_cq_event(self.0, &mut cq, &mut ctx) } == 0 {
+            // SAFETY: `cq` is the queue the event came from, one event received.
+            unsafe { ibv_ack_cq_events(cq, 1) };
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl Drop for CompChannel {
@@ -286,7 +317,7 @@ impl Drop for CompChannel {
 }
 
 /// A completion queue.
-pub struct CompletionQueue(pub(super) *mut ibv_cq);
+pub struct CompletionQueue(*mut ibv_cq);
 
 // SAFETY: polled by one thread; created/destroyed by the owner.
 unsafe impl Send for CompletionQueue {}
@@ -301,6 +332,33 @@ impl CompletionQueue {
         })?;
         Ok(CompletionQueue(cq))
     }
+
+    /// Polls up to `wcs.len()` completions into `wcs`; returns those filled.
+    pub(super) fn poll<'a>(&self, wcs: &'a mut [ibv_wc]) -> Result<&'a [ibv_wc]> {
+        let room = i32::try_from(wcs.len()).unwrap_or(i32::MAX);
+        // SAFETY: the CQ is live; the provider writes at most `room` entries.
+        let n = unsafe { ibv_poll_cq(self.0, room, wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(crate::Error::Verbs {
+                call: "ibv_poll_cq",
+                source: std::io::Error::from_raw_os_error(-n),
+            });
+        }
+        Ok(&wcs[..n as usize])
+    }
+
+    /// Arms the completion channel for the next completion.
+    pub(super) fn req_notify(&self) -> Result<()> {
+        // SAFETY: the CQ is live.
+        let rc = unsafe { ibv_req_notify_cq(self.0, 0) };
+        if rc != 0 {
+            return Err(crate::Error::Verbs {
+                call: "ibv_req_notify_cq",
+                source: std::io::Error::from_raw_os_error(rc),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Drop for CompletionQueue {
@@ -308,4 +366,71 @@ impl Drop for CompletionQueue {
         // SAFETY: the QPs using it are destroyed first (field order).
         unsafe { ibv_destroy_cq(self.0) };
     }
+}
+
+/// The host's RDMA devices; empty when libibverbs finds none, including
+/// ENOSYS from a kernel without RDMA support.
+pub(super) fn device_infos() -> Result<Vec<crate::DeviceInfo>> {
+    let mut n = 0i32;
+    // SAFETY: n receives the count; the list is freed below.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::ENODEV) | Some(libc::ENOENT) | Some(0) | None => {
+                Ok(Vec::new())
+            }
+            _ => Err(crate::Error::Verbs {
+                call: "ibv_get_device_list",
+                source: e,
+            }),
+        };
+    }
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: list has n entries.
+        let dev = unsafe { *list.add(i) };
+        if dev.is_null() {
+            break;
+        }
+        // SAFETY: dev is a live entry of the list.
+        let name = unsafe {
+            let p = ibv_get_device_name(dev);
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        // SAFETY: as above; the GUID comes in network order.
+        let guid = u64::from_be(unsafe { ibv_get_device_guid(dev) });
+        let (mut port_active, mut link_layer) = (false, String::from("unknown"));
+        // SAFETY: dev live; the context is closed right after.
+        let ctx = unsafe { ibv_open_device(dev) };
+        if !ctx.is_null() {
+            // SAFETY: all-zero port attr is valid output storage.
+            let mut pa: ibv_port_attr = unsafe { std::mem::zeroed() };
+            // SAFETY: ctx live, port 1 exists on every device.
+            if unsafe { ibv_query_port(ctx, 1, &mut pa as *mut ibv_port_attr as *mut _) } == 0 {
+                port_active = pa.state == ibv_port_state::IBV_PORT_ACTIVE;
+                // IBV_LINK_LAYER_INFINIBAND = 1, IBV_LINK_LAYER_ETHERNET = 2.
+                link_layer = match pa.link_layer {
+                    2 => "Ethernet".into(),
+                    0 | 1 => "InfiniBand".into(),
+                    _ => "unknown".into(),
+                };
+            }
+            // SAFETY: opened above.
+            unsafe { ibv_close_device(ctx) };
+        }
+        out.push(crate::DeviceInfo {
+            name,
+            guid,
+            port_active,
+            link_layer,
+        });
+    }
+    // SAFETY: from ibv_get_device_list, freed once.
+    unsafe { ibv_free_device_list(list) };
+    Ok(out)
 }

@@ -28,7 +28,7 @@ impl VerbsConnection {
         let deadline = Instant::now() + cfg.op_timeout;
         let ec = EventChannel::new()?;
         ec.set_nonblocking()?;
-        let token = random_u64();
+        let token = random_u64()?;
         let mut setup: Option<Setup> = None;
         let mut ids = Vec::with_capacity(cfg.lanes);
         let mut peer: Option<LaneHello> = None;
@@ -37,22 +37,22 @@ impl VerbsConnection {
             let mut dst = RawAddr::new(sa);
             // SAFETY: id live; dst valid for the call.
             check("rdma_resolve_addr", unsafe {
-                rdma_resolve_addr(id.id, std::ptr::null_mut(), dst.as_ptr(), RESOLVE_MS)
+                rdma_resolve_addr(id.as_ptr(), std::ptr::null_mut(), dst.as_ptr(), RESOLVE_MS)
             })?;
             cm::expect(
                 &ec,
-                id.id,
+                id.as_ptr(),
                 rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED,
                 deadline,
             )
             .map_err(|e| timeout_as(e, cfg))?;
             // SAFETY: address resolved.
             check("rdma_resolve_route", unsafe {
-                rdma_resolve_route(id.id, RESOLVE_MS)
+                rdma_resolve_route(id.as_ptr(), RESOLVE_MS)
             })?;
             cm::expect(
                 &ec,
-                id.id,
+                id.as_ptr(),
                 rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED,
                 deadline,
             )
@@ -84,10 +84,12 @@ impl VerbsConnection {
             .encode();
             let mut param = cm::conn_param(&hello, s.rd_atomic);
             // SAFETY: id has a QP; param and its private data live across the call.
-            check("rdma_connect", unsafe { rdma_connect(id.id, &mut param) })?;
+            check("rdma_connect", unsafe {
+                rdma_connect(id.as_ptr(), &mut param)
+            })?;
             let ev = cm::expect(
                 &ec,
-                id.id,
+                id.as_ptr(),
                 rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED,
                 deadline,
             )
@@ -143,7 +145,7 @@ impl VerbsListener {
         let ec = EventChannel::new()?;
         ec.set_nonblocking()?;
         let listen_id = CmId::new(&ec)?;
-        let port = cm::bind_and_listen(listen_id.id, sa).map_err(|e| {
+        let port = cm::bind_and_listen(listen_id.as_ptr(), sa).map_err(|e| {
             Error::InvalidArgument(format!("cannot listen for verbs on '{addr}': {e}"))
         })?;
         let mut local = sa;
@@ -208,14 +210,14 @@ fn accept_loop(
             rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED => {
                 let Some((&token, g)) = groups
                     .iter_mut()
-                    .find(|(_, g)| g.ids.iter().flatten().any(|i| i.id == ev.id))
+                    .find(|(_, g)| g.ids.iter().flatten().any(|i| i.as_ptr() == ev.id))
                 else {
                     continue;
                 };
                 if let Some(k) = g
                     .ids
                     .iter()
-                    .position(|i| i.as_ref().is_some_and(|i| i.id == ev.id))
+                    .position(|i| i.as_ref().is_some_and(|i| i.as_ptr() == ev.id))
                 {
                     g.established[k] = true;
                 }
@@ -227,7 +229,7 @@ fn accept_loop(
             }
             k => {
                 // A lane of a half-built connection failed: drop the whole group.
-                groups.retain(|_, g| !g.ids.iter().flatten().any(|i| i.id == ev.id));
+                groups.retain(|_, g| !g.ids.iter().flatten().any(|i| i.as_ptr() == ev.id));
                 log::debug!("verbs listener: {}", cm::event_name(k));
             }
         }
@@ -244,7 +246,7 @@ fn on_request(
 ) -> Result<()> {
     let reject = |id: &CmId| {
         // SAFETY: id is a live connect request.
-        unsafe { rdma_reject(id.id, std::ptr::null(), 0) };
+        unsafe { rdma_reject(id.as_ptr(), std::ptr::null(), 0) };
     };
     let hello = match LaneHello::decode(private) {
         Ok(h) => h,
@@ -287,7 +289,9 @@ fn on_request(
     .encode();
     let mut param = cm::conn_param(&reply, g.setup.rd_atomic);
     // SAFETY: id has its QP; param and private data live across the call.
-    check("rdma_accept", unsafe { rdma_accept(id.id, &mut param) })?;
+    check("rdma_accept", unsafe {
+        rdma_accept(id.as_ptr(), &mut param)
+    })?;
     if lane == 0 {
         g.peer = Some(hello);
     }
@@ -319,7 +323,7 @@ fn finish(g: Group, cfg: &TransportConfig) -> Result<VerbsConnection> {
 fn peer_of(id: &CmId) -> String {
     // SAFETY: id live; dst_addr is a sockaddr filled in by the CM.
     unsafe {
-        let sa = rdma_get_peer_addr_ptr(id.id);
+        let sa = rdma_get_peer_addr_ptr(id.as_ptr());
         if sa.is_null() || (*sa).sa_family != libc::AF_INET as u16 {
             return "?".into();
         }

@@ -62,11 +62,14 @@ pub struct Buf {
     ptr: *mut u8,
     len: usize,
 }
+// SAFETY: Buf owns its allocation; moving it moves that ownership.
 unsafe impl Send for Buf {}
+// SAFETY: shared access only reads through bytes(), writes need &mut.
 unsafe impl Sync for Buf {}
 impl Buf {
     pub fn new(len: usize) -> Buf {
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).unwrap();
+        // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         assert!(!ptr.is_null());
         Buf { ptr, len }
@@ -75,9 +78,11 @@ impl Buf {
         self.ptr
     }
     pub fn bytes(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len is our live allocation.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
     pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, borrowed mutably.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
     pub fn fill(&mut self, seed: u64) {
@@ -91,12 +96,14 @@ impl Buf {
         }
     }
     pub fn register(&self, c: &dyn Connection) -> Arc<LocalRegion> {
+        // SAFETY: the buffer outlives every region the tests make of it.
         unsafe { c.register(self.ptr, self.len) }.expect("register")
     }
 }
 impl Drop for Buf {
     fn drop(&mut self) {
         let layout = std::alloc::Layout::from_size_align(self.len.max(1), 4096).unwrap();
+        // SAFETY: allocated in new() with this layout.
         unsafe { std::alloc::dealloc(self.ptr, layout) };
     }
 }
@@ -285,9 +292,12 @@ pub fn registering_the_same_range_twice_gives_the_same_region(env: &Env) {
     let r1 = b.register(&*p.client);
     let r2 = b.register(&*p.client);
     assert!(Arc::ptr_eq(&r1, &r2));
+    // SAFETY: `b` outlives the region (both dropped at the end of the test).
     let r3 = unsafe { p.client.register(b.ptr(), 4096) }.unwrap();
     assert!(!Arc::ptr_eq(&r1, &r3));
+    // SAFETY: registration of NULL is refused before any memory is touched.
     assert!(unsafe { p.client.register(std::ptr::null_mut(), 10) }.is_err());
+    // SAFETY: a zero-length registration is refused before any memory is touched.
     assert!(unsafe { p.client.register(b.ptr(), 0) }.is_err());
 }
 
@@ -321,6 +331,7 @@ pub fn closing_one_side_fails_the_other_side_promptly_and_reconnecting_works(env
         assert!(matches!(client.send(b"x"), Err(Error::Disconnected(_))));
         let b = Buf::new(4096);
         // Registration may still work locally; one-sided ops must not.
+        // SAFETY: `b` outlives the region.
         if let Ok(r) = unsafe { client.register(b.ptr(), 4096) } {
             let d = r.descriptor();
             assert!(matches!(
@@ -450,6 +461,7 @@ pub fn run_against_dying_peer(
             .collect();
         thread::sleep(Duration::from_millis(500));
         let at = Instant::now();
+        // SAFETY: a plain signal to our own child process.
         unsafe { libc::kill(child.id() as i32, signal) };
         hs.into_iter()
             .map(|h| {
@@ -458,6 +470,7 @@ pub fn run_against_dying_peer(
             })
             .collect()
     });
+    // SAFETY: as above.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     results

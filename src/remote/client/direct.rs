@@ -27,11 +27,15 @@ use crate::userspace::{UserspaceBuf, UserspaceFs};
 /// What the mount tells a process about an open file (the identify ioctl's payload).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileIdentity {
+    /// The server's `host:port`.
     pub server: String,
+    /// The exported directory on the server.
     pub export: String,
     /// Path relative to the export.
     pub path: Vec<u8>,
+    /// Inode number the server reported.
     pub ino: u64,
+    /// Token file of the mount, if any.
     pub token_file: Option<PathBuf>,
     /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
     pub transport: TransportKind,
@@ -74,6 +78,7 @@ impl FileIdentity {
         s.into_bytes()
     }
 
+    /// Parses an identify payload (`None`: not one of ours).
     pub fn decode(b: &[u8]) -> Option<FileIdentity> {
         let s = std::str::from_utf8(b).ok()?;
         let mut lines = s.lines();
@@ -129,15 +134,15 @@ fn io_err(errno: i32, what: &str) -> Error {
 }
 
 fn process_cred() -> WireCred {
-    // SAFETY: plain queries of this process's ids.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    // SAFETY: a zero-sized query returns the count.
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) }.max(0) as usize;
-    let mut groups = vec![0; n];
-    // SAFETY: the buffer holds `n` entries.
-    let got = unsafe { libc::getgroups(n as i32, groups.as_mut_ptr()) };
-    groups.truncate(got.max(0) as usize);
-    WireCred { uid, gid, groups }
+    use hipfs_sys::process::{egid, euid, getgroups};
+    // A failed query sends no supplementary groups (as before: the server
+    // then checks the primary ids only).
+    let groups = getgroups().unwrap_or_default();
+    WireCred {
+        uid: euid(),
+        gid: egid(),
+        groups,
+    }
 }
 
 impl RemoteFile {
@@ -445,11 +450,8 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         cfg.token_file = Some(t.clone());
     }
     let client = shared_client(cfg).map_err(Error::from)?;
-    // SAFETY: plain query of the fd's flags.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Error::last_os("fcntl(F_GETFL)"));
-    }
+    let flags = hipfs_sys::fs::get_status_flags(fd)
+        .map_err(|e| Error::system(e.raw_os_error().unwrap_or(libc::EIO), "fcntl(F_GETFL)"))?;
     Ok(Arc::new(RemoteFile::open(client, id, flags)?))
 }
 

@@ -8,7 +8,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use hipfs_rdma::{Connection, LocalRegion};
+use hipfs_rdma::{Connection, LocalRegion, OwnedRegion};
 
 use super::super::auth::{random_nonce, Token};
 use super::super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Welcome, MAX_IO};
@@ -19,15 +19,17 @@ use crate::gpu::MemoryKind;
 use crate::registry::RegisteredBuffer;
 
 /// A receive buffer registered on a link: the server places read data in it.
-pub(crate) struct RecvBuf {
-    // Dropped (deregistered) before the memory.
-    pub(crate) region: Arc<LocalRegion>,
-    mem: Box<[u8]>,
-}
+pub(crate) struct RecvBuf(OwnedRegion);
 
 impl RecvBuf {
+    /// The first `n` bytes (after the reply: the server wrote them).
     pub(crate) fn bytes(&self, n: usize) -> &[u8] {
-        &self.mem[..n.min(self.mem.len())]
+        let b = self.0.bytes();
+        &b[..n.min(b.len())]
+    }
+    /// The registration the server writes through.
+    pub(crate) fn region(&self) -> &Arc<LocalRegion> {
+        self.0.region()
     }
 }
 
@@ -210,11 +212,7 @@ impl Link {
         {
             return Ok(b);
         }
-        let mut mem = vec![0u8; MAX_IO].into_boxed_slice();
-        // SAFETY: `mem` lives in the RecvBuf next to the region, which is
-        // dropped first; nobody reads it while a request using it runs.
-        let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }?;
-        Ok(RecvBuf { region, mem })
+        Ok(RecvBuf(OwnedRegion::new(self.conn.as_ref(), MAX_IO)?))
     }
 
     pub(crate) fn put_recv_buf(&self, b: RecvBuf) {

@@ -32,9 +32,11 @@ pub(crate) use link::{Link, RecvBuf};
 pub struct ClientConfig {
     /// `host:port`.
     pub server: String,
+    /// Shared secret the server asks for.
     pub token: Option<Token>,
     /// Where the token came from (handed to UserspaceFs users of a mount).
     pub token_file: Option<PathBuf>,
+    /// Which transport to use.
     pub transport: TransportKind,
     /// How long a call may wait for the server (including reconnecting).
     pub timeout: Duration,

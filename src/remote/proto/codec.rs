@@ -11,35 +11,43 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// An empty message with room for `n` bytes.
     pub fn with_capacity(n: usize) -> Writer {
         Writer {
             buf: Vec::with_capacity(n),
         }
     }
+    /// Appends a byte.
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);
         self
     }
+    /// Appends a little-endian u16.
     pub fn u16(&mut self, v: u16) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Appends a little-endian u32.
     pub fn u32(&mut self, v: u32) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Appends a little-endian i32.
     pub fn i32(&mut self, v: i32) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Appends a little-endian u64.
     pub fn u64(&mut self, v: u64) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Appends a little-endian i64.
     pub fn i64(&mut self, v: i64) -> &mut Self {
         self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// Appends a bool as one byte.
     pub fn bool(&mut self, v: bool) -> &mut Self {
         self.u8(v as u8)
     }
@@ -49,18 +57,21 @@ impl Writer {
         self.buf.extend_from_slice(v);
         self
     }
+    /// Appends a presence byte and the value.
     pub fn opt_u32(&mut self, v: Option<u32>) -> &mut Self {
         match v {
             Some(x) => self.u8(1).u32(x),
             None => self.u8(0),
         }
     }
+    /// Appends a presence byte and the value.
     pub fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
         match v {
             Some(x) => self.u8(1).u64(x),
             None => self.u8(0),
         }
     }
+    /// The bytes written.
     pub fn finish(self) -> Vec<u8> {
         self.buf
     }
@@ -73,6 +84,7 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Reads from the start of `buf`.
     pub fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader { buf, pos: 0 }
     }
@@ -95,24 +107,31 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
+    /// The next byte (`what` names the field in errors).
     pub fn u8(&mut self, what: &'static str) -> Result<u8, ProtoError> {
         Ok(self.array::<1>(what)?[0])
     }
+    /// The next little-endian u16.
     pub fn u16(&mut self, what: &'static str) -> Result<u16, ProtoError> {
         Ok(u16::from_le_bytes(self.array(what)?))
     }
+    /// The next little-endian u32.
     pub fn u32(&mut self, what: &'static str) -> Result<u32, ProtoError> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }
+    /// The next little-endian i32.
     pub fn i32(&mut self, what: &'static str) -> Result<i32, ProtoError> {
         Ok(i32::from_le_bytes(self.array(what)?))
     }
+    /// The next little-endian u64.
     pub fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
+    /// The next little-endian i64.
     pub fn i64(&mut self, what: &'static str) -> Result<i64, ProtoError> {
         Ok(i64::from_le_bytes(self.array(what)?))
     }
+    /// The next bool (0 or 1; anything else is an error).
     pub fn bool(&mut self, what: &'static str) -> Result<bool, ProtoError> {
         match self.u8(what)? {
             0 => Ok(false),
@@ -128,6 +147,7 @@ impl<'a> Reader<'a> {
         }
         self.take(n, what)
     }
+    /// An optional u32 (presence byte, value).
     pub fn opt_u32(&mut self, what: &'static str) -> Result<Option<u32>, ProtoError> {
         Ok(if self.bool(what)? {
             Some(self.u32(what)?)
@@ -135,6 +155,7 @@ impl<'a> Reader<'a> {
             None
         })
     }
+    /// An optional u64 (presence byte, value).
     pub fn opt_u64(&mut self, what: &'static str) -> Result<Option<u64>, ProtoError> {
         Ok(if self.bool(what)? {
             Some(self.u64(what)?)
@@ -160,6 +181,7 @@ impl<'a> Reader<'a> {
         }
         Ok(n)
     }
+    /// Bytes not read yet.
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }

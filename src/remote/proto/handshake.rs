@@ -15,12 +15,16 @@ fn nonce(r: &mut Reader<'_>, what: &'static str) -> Result<[u8; NONCE_LEN], Prot
 /// Client's first message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
+    /// Oldest protocol version the client speaks.
     pub min_version: u16,
+    /// Newest protocol version the client speaks.
     pub max_version: u16,
+    /// The client's random nonce.
     pub nonce: [u8; NONCE_LEN],
 }
 
 impl Hello {
+    /// A hello for every version this build speaks.
     pub fn new(nonce: [u8; NONCE_LEN]) -> Hello {
         Hello {
             min_version: PROTO_VERSION_MIN,
@@ -28,6 +32,7 @@ impl Hello {
             nonce,
         }
     }
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.u8(Kind::Hello as u8);
@@ -39,6 +44,7 @@ impl Hello {
             .bytes(&self.nonce);
         w.finish()
     }
+    /// Parses a hello.
     pub fn decode(msg: &[u8]) -> Result<Hello, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Hello)?;
@@ -72,12 +78,16 @@ impl Hello {
 /// Server's answer to `Hello`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Challenge {
+    /// The version chosen.
     pub version: u16,
+    /// The server's random nonce.
     pub nonce: [u8; NONCE_LEN],
+    /// Whether a token proof must follow.
     pub auth_required: bool,
 }
 
 impl Challenge {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.u8(Kind::Challenge as u8)
@@ -86,6 +96,7 @@ impl Challenge {
             .bool(self.auth_required);
         w.finish()
     }
+    /// Parses a challenge.
     pub fn decode(msg: &[u8]) -> Result<Challenge, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Challenge)?;
@@ -102,15 +113,18 @@ impl Challenge {
 /// Client's proof of the token (all zero when it has none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proof {
+    /// HMAC of both nonces under the token.
     pub mac: [u8; NONCE_LEN],
 }
 
 impl Proof {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.u8(Kind::Proof as u8).bytes(&self.mac);
         w.finish()
     }
+    /// Parses a proof.
     pub fn decode(msg: &[u8]) -> Result<Proof, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Proof)?;
@@ -125,12 +139,16 @@ impl Proof {
 /// The server accepts: what it exports, and its own proof of the token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Welcome {
+    /// The exported directory, for logs and identify.
     pub export: String,
+    /// Whether the export refuses writes.
     pub read_only: bool,
+    /// The server's HMAC of both nonces (mutual proof).
     pub mac: [u8; NONCE_LEN],
 }
 
 impl Welcome {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.u8(Kind::Welcome as u8)
@@ -139,6 +157,7 @@ impl Welcome {
             .bytes(&self.mac);
         w.finish()
     }
+    /// Parses a welcome.
     pub fn decode(msg: &[u8]) -> Result<Welcome, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Welcome)?;
@@ -156,15 +175,18 @@ impl Welcome {
 /// The server refuses the connection and says why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refused {
+    /// Why the server refused.
     pub reason: String,
 }
 
 impl Refused {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.u8(Kind::Refused as u8).bytes(self.reason.as_bytes());
         w.finish()
     }
+    /// Parses a refusal.
     pub fn decode(msg: &[u8]) -> Result<Refused, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Refused)?;

@@ -60,12 +60,19 @@ pub const MAX_MESSAGE: usize = MAX_IO + 64 * 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
+    /// Client hello.
     Hello = 1,
+    /// Server challenge.
     Challenge = 2,
+    /// Client proof.
     Proof = 3,
+    /// Server welcome.
     Welcome = 4,
+    /// Server refusal.
     Refused = 5,
+    /// A request.
     Request = 16,
+    /// A reply.
     Reply = 17,
 }
 
@@ -90,22 +97,37 @@ impl Kind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
     #[error("message ends early while reading {0}")]
+    /// The message ended inside a field.
     Truncated(&'static str),
     #[error("{what} of {len} exceeds the limit of {max}")]
+    /// A field is longer than allowed.
     TooLong {
+        /// The field.
         what: &'static str,
+        /// Its length.
         len: usize,
+        /// The limit.
         max: usize,
     },
     #[error("invalid {0}: {1}")]
+    /// A field holds a value it may not.
     BadValue(&'static str, u64),
     #[error("{0} trailing bytes after the message")]
+    /// Bytes after the last field.
     TrailingBytes(usize),
     #[error("expected a {expected:?} message, got {got:?}")]
-    UnexpectedKind { expected: Kind, got: Kind },
+    /// A message of another kind than the exchange expects.
+    UnexpectedKind {
+        /// The kind expected.
+        expected: Kind,
+        /// The kind received.
+        got: Kind,
+    },
     #[error("path refused: {0}")]
+    /// A path the protocol refuses (absolute, `..`, NUL).
     BadPath(String),
     #[error("not a hipfs peer (bad magic)")]
+    /// Not a hipfs message.
     BadMagic,
 }
 

@@ -12,105 +12,176 @@ use super::{
 /// or `Create` on the same connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// The entry of a name.
     Lookup {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// Attributes, through an open handle when given.
     Getattr {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Server file handle.
         fh: Option<u64>,
     },
+    /// Changes attributes.
     Setattr {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Server file handle.
         fh: Option<u64>,
+        /// What to change.
         set: WireSetAttr,
     },
     /// Entries after `cookie` (0: from the start), at most `max` of them.
     Readdir {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Where the previous batch ended.
         cookie: u64,
+        /// Most entries wanted.
         max: u32,
     },
+    /// Opens a file.
     Open {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Flags as the syscall takes them.
         flags: i32,
     },
     /// `mode` has the client's umask applied already.
     Create {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Permission bits (and file type for mknod).
         mode: u32,
+        /// Flags as the syscall takes them.
         flags: i32,
     },
+    /// Closes a handle.
     Release {
+        /// Server file handle.
         fh: u64,
     },
     /// Reads `len` bytes; placed at `dest` when given, else returned inline.
     Read {
+        /// Server file handle.
         fh: u64,
+        /// Offset in the file.
         offset: u64,
+        /// Bytes wanted.
         len: u32,
+        /// Where to place the bytes (a registered region of the client).
         dest: Option<ReadDest>,
     },
+    /// Writes `data` at `offset`.
     Write {
+        /// Server file handle.
         fh: u64,
+        /// Offset in the file.
         offset: u64,
+        /// Bytes to write.
         data: Vec<u8>,
     },
+    /// Flushes a file to stable storage.
     Fsync {
+        /// Server file handle.
         fh: u64,
+        /// Data only (`fdatasync`).
         datasync: bool,
     },
+    /// Called on every close of a handle (no-op on the server).
     Flush {
+        /// Server file handle.
         fh: u64,
     },
+    /// Makes a directory.
     Mkdir {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Permission bits (and file type for mknod).
         mode: u32,
     },
+    /// Removes an empty directory.
     Rmdir {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// Removes a name.
     Unlink {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// Renames (`RENAME_*` flags).
     Rename {
+        /// Existing path.
         from: Vec<u8>,
+        /// New path.
         to: Vec<u8>,
+        /// Flags as the syscall takes them.
         flags: u32,
     },
+    /// Makes a symbolic link.
     Symlink {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// What the link points at.
         target: Vec<u8>,
     },
+    /// Reads a symbolic link.
     Readlink {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// Makes a hard link.
     Link {
+        /// Existing path.
         from: Vec<u8>,
+        /// New path.
         to: Vec<u8>,
     },
+    /// Makes a FIFO, socket or regular file.
     Mknod {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Permission bits (and file type for mknod).
         mode: u32,
+        /// Device number (refused: no device nodes).
         rdev: u32,
     },
+    /// Filesystem statistics.
     Statfs {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// An extended attribute.
     Getxattr {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Attribute name.
         name: Vec<u8>,
     },
+    /// Names of the extended attributes.
     Listxattr {
+        /// Path relative to the export.
         path: Vec<u8>,
     },
+    /// Sets an extended attribute.
     Setxattr {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Attribute name.
         name: Vec<u8>,
+        /// Attribute value.
         value: Vec<u8>,
+        /// Flags as the syscall takes them.
         flags: i32,
     },
+    /// Removes an extended attribute.
     Removexattr {
+        /// Path relative to the export.
         path: Vec<u8>,
+        /// Attribute name.
         name: Vec<u8>,
     },
 }
@@ -188,8 +259,11 @@ impl Op {
 /// A request as sent: id, credentials, operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// Matches the reply to the request.
     pub id: u64,
+    /// Whose identity the operation runs as.
     pub cred: WireCred,
+    /// The operation.
     pub op: Op,
 }
 
@@ -199,6 +273,7 @@ fn encode_desc(w: &mut Writer, d: &RemoteDescriptor) {
 }
 
 impl Request {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let extra = match &self.op {
             Op::Write { data, .. } => data.len(),
@@ -298,6 +373,7 @@ impl Request {
         r.u64("request id").ok()
     }
 
+    /// Parses a request message.
     pub fn decode(msg: &[u8]) -> Result<Request, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Request)?;

@@ -13,36 +13,54 @@ use super::{
 /// What a successful operation returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
+    /// Nothing (success).
     Empty,
+    /// Attributes.
     Attr(Attr),
+    /// An entry.
     Entry(Entry),
+    /// Directory entries.
     Dir(Vec<DirItem>),
+    /// An opened file.
     Opened {
+        /// Its server handle.
         fh: u64,
     },
+    /// A created and opened file.
     Created {
+        /// Its entry.
         entry: Entry,
+        /// Its server handle.
         fh: u64,
     },
     /// `n` bytes read; `data` is empty when they were placed remotely.
     Read {
+        /// Bytes read.
         n: u32,
+        /// The bytes, when not placed in the client's region.
         data: Vec<u8>,
     },
+    /// Bytes written.
     Written(u32),
+    /// Bytes (readlink, getxattr).
     Bytes(Vec<u8>),
+    /// Names (listxattr).
     Names(Vec<Vec<u8>>),
+    /// Filesystem statistics.
     Statfs(StatFs),
 }
 
 /// A reply to request `id`: `Err(errno)` or a payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
+    /// The request this answers.
     pub id: u64,
+    /// The payload or an errno.
     pub result: Result<Payload, i32>,
 }
 
 impl Reply {
+    /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let extra = match &self.result {
             Ok(Payload::Read { data, .. }) => data.len(),
@@ -59,6 +77,7 @@ impl Reply {
         w.finish()
     }
 
+    /// Parses a reply message.
     pub fn decode(msg: &[u8]) -> Result<Reply, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Reply)?;

@@ -11,8 +11,11 @@ use super::{ProtoError, Reader, Writer, MAX_GROUPS, MAX_NAME, MAX_PATH};
 /// map-all rules).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WireCred {
+    /// User id.
     pub uid: u32,
+    /// Primary group id.
     pub gid: u32,
+    /// Supplementary groups.
     pub groups: Vec<u32>,
 }
 
@@ -38,12 +41,14 @@ impl WireCred {
 /// A point in time, or "the server's now" for setattr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WireTime {
+    /// The server's current time.
     Now,
     /// Seconds and nanoseconds since the epoch (seconds may be negative).
     At(i64, u32),
 }
 
 impl WireTime {
+    /// A time as the wire carries it.
     pub fn from_system(t: SystemTime) -> WireTime {
         let (s, n) = split_time(t);
         WireTime::At(s, n)
@@ -87,11 +92,17 @@ fn encode_opt_time(w: &mut Writer, t: &Option<WireTime>) {
 /// Which attributes a setattr changes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WireSetAttr {
+    /// New permission bits.
     pub mode: Option<u32>,
+    /// New owner.
     pub uid: Option<u32>,
+    /// New group.
     pub gid: Option<u32>,
+    /// New size.
     pub size: Option<u64>,
+    /// New access time.
     pub atime: Option<WireTime>,
+    /// New modification time.
     pub mtime: Option<WireTime>,
 }
 
@@ -120,15 +131,20 @@ impl WireSetAttr {
 /// this connection, at `offset` inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadDest {
+    /// The client's registered region.
     pub region: RemoteDescriptor,
+    /// Offset inside it.
     pub offset: u64,
 }
 
 /// One directory entry with attributes, and the cookie that resumes after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirItem {
+    /// The name.
     pub name: Vec<u8>,
+    /// Resumes the listing after this entry.
     pub cookie: u64,
+    /// What the name refers to.
     pub entry: Entry,
     /// The server found no extended attributes on it, so the client can
     /// answer `ls -l`'s ACL and label queries without asking.

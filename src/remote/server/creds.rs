@@ -14,7 +14,8 @@
 use std::cell::RefCell;
 
 use super::super::proto::WireCred;
-use super::resolve::{last_errno, Errno};
+use super::resolve::{Errno, ToErrno};
+use hipfs_sys::process::{set_thread_groups, setfsgid, setfsuid};
 
 /// How an export rewrites callers (as NFS exports do).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,24 +70,14 @@ pub fn become_user(cred: &WireCred) -> Result<(), Errno> {
         // Forget the cached identity until the switch is complete, so a
         // failure half way is retried next time.
         *cur.borrow_mut() = None;
-        let groups: Vec<libc::gid_t> = cred.groups.clone();
-        // SAFETY: the pointer and count describe `groups`; the raw syscall
-        // changes only this thread's credentials.
-        let rc = unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) };
-        if rc < 0 {
-            return Err(last_errno());
-        }
+        // The raw syscall changes only this thread's credentials.
+        set_thread_groups(&cred.groups).errno()?;
         // setfsuid/setfsgid report the previous id, never an error; check by
         // reading the id back (an invalid id leaves it unchanged).
-        // SAFETY: plain syscalls on this thread's credentials.
-        unsafe {
-            libc::setfsgid(cred.gid);
-            libc::setfsuid(cred.uid);
-            if libc::setfsgid(u32::MAX) as u32 != cred.gid
-                || libc::setfsuid(u32::MAX) as u32 != cred.uid
-            {
-                return Err(libc::EPERM);
-            }
+        setfsgid(cred.gid);
+        setfsuid(cred.uid);
+        if setfsgid(u32::MAX) != cred.gid || setfsuid(u32::MAX) != cred.uid {
+            return Err(libc::EPERM);
         }
         *cur.borrow_mut() = Some(cred.clone());
         Ok(())

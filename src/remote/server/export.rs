@@ -1,7 +1,7 @@
 //! The exported directory and the metadata operations on it.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
@@ -10,10 +10,11 @@ use hipfs_fusefs::{Attr, Entry, FileKind, StatFs};
 
 use super::super::proto::{DirItem, WireSetAttr, WireTime};
 use super::resolve::{
-    check, cstr, last_errno, open_beneath, open_node, open_parent, proc_path, stat_at, stat_fd,
-    Errno,
+    cstr, open_beneath, open_node, open_parent, proc_path, stat_at, stat_fd, Errno, ToErrno,
 };
 use crate::remote::RemoteError;
+use hipfs_sys::dirent::{getdents64, Dirents};
+use hipfs_sys::{fs as sysfs, xattr};
 
 /// High bit marking inode numbers of files on other filesystems mounted
 /// inside the export (their own numbers could collide with the export's).
@@ -35,24 +36,10 @@ impl Export {
             .map_err(|e| RemoteError::Config(format!("export {}: {e}", dir.display())))?;
         let c = cstr(canon.as_os_str().as_encoded_bytes())
             .map_err(|_| RemoteError::Config("export path contains NUL".into()))?;
-        // SAFETY: `c` is NUL-terminated; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(RemoteError::Config(format!(
-                "export {}: {}",
-                canon.display(),
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let root = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let st = stat_fd(root.as_raw_fd())
-            .map_err(|e| RemoteError::Io(std::io::Error::from_raw_os_error(e)))?;
+        let root = sysfs::open(&c, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| RemoteError::Config(format!("export {}: {e}", canon.display())))?;
+        let st =
+            stat_fd(&root).map_err(|e| RemoteError::Io(std::io::Error::from_raw_os_error(e)))?;
         Ok(Export {
             root,
             root_dev: st.st_dev,
@@ -61,8 +48,8 @@ impl Export {
         })
     }
 
-    pub(crate) fn root_fd(&self) -> RawFd {
-        self.root.as_raw_fd()
+    pub(crate) fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
     }
 
     /// The inode number clients see: the real one, the root as 1, and files
@@ -118,20 +105,23 @@ impl Export {
         }
     }
 
+    /// The entry at `rel` (empty: the root).
     pub fn lookup(&self, rel: &[u8]) -> Result<Entry, Errno> {
         let st = if rel.is_empty() {
             stat_fd(self.root_fd())?
         } else {
             let (dir, name) = open_parent(self.root_fd(), rel)?;
-            stat_at(dir.as_raw_fd(), &name)?
+            stat_at(dir.as_fd(), &name)?
         };
         Ok(self.entry(&st))
     }
 
-    pub fn getattr_fd(&self, fd: RawFd) -> Result<Attr, Errno> {
+    /// The attributes of an open file (or O_PATH node).
+    pub fn getattr_fd(&self, fd: BorrowedFd<'_>) -> Result<Attr, Errno> {
         Ok(self.attr(&stat_fd(fd)?))
     }
 
+    /// Changes what `set` names; returns the new attributes.
     pub fn setattr(
         &self,
         rel: &[u8],
@@ -141,32 +131,28 @@ impl Export {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
         if let Some(mode) = set.mode {
-            // SAFETY: `p` is NUL-terminated.
-            check(unsafe { libc::chmod(p.as_ptr(), mode & 0o7777) })?;
+            sysfs::chmod(&p, mode & 0o7777).errno()?;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            // SAFETY: an empty path with AT_EMPTY_PATH acts on the O_PATH fd.
-            check(unsafe {
-                libc::fchownat(
-                    node.as_raw_fd(),
-                    c"".as_ptr(),
-                    set.uid.unwrap_or(u32::MAX),
-                    set.gid.unwrap_or(u32::MAX),
-                    libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })?;
+            // An empty path with AT_EMPTY_PATH acts on the O_PATH fd.
+            sysfs::fchownat(
+                node.as_fd(),
+                c"",
+                set.uid.unwrap_or(u32::MAX),
+                set.gid.unwrap_or(u32::MAX),
+                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            )
+            .errno()?;
         }
         if let Some(size) = set.size {
             let size = i64::try_from(size).map_err(|_| libc::EFBIG)?;
             match open_file {
-                // SAFETY: a plain syscall on an fd we hold.
-                Some(f) => check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?,
+                Some(f) => sysfs::ftruncate(f.as_fd(), size).errno()?,
                 None => {
                     // Through open_file: truncating must not open a FIFO
                     // or a device either.
                     let f = self.open_file(rel, libc::O_WRONLY)?;
-                    // SAFETY: as above.
-                    check(unsafe { libc::ftruncate(f.as_raw_fd(), size) })?
+                    sysfs::ftruncate(f.as_fd(), size).errno()?
                 }
             };
         }
@@ -186,51 +172,31 @@ impl Export {
                 },
             };
             let times = [ts(set.atime), ts(set.mtime)];
-            // SAFETY: `p` is NUL-terminated and `times` holds two timespecs.
-            check(unsafe { libc::utimensat(libc::AT_FDCWD, p.as_ptr(), times.as_ptr(), 0) })?;
+            sysfs::utimensat(&p, &times, 0).errno()?;
         }
-        self.getattr_fd(node.as_raw_fd())
+        self.getattr_fd(node.as_fd())
     }
 
     /// Entries after `cookie`, with attributes; at most `max`.
     pub fn readdir(&self, rel: &[u8], cookie: u64, max: usize) -> Result<Vec<DirItem>, Errno> {
         let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let dfd = dir.as_raw_fd();
+        let dfd = dir.as_fd();
         let own = stat_fd(dfd)?;
-        // SAFETY: plain syscall; the cookie came from an earlier getdents d_off.
-        if unsafe { libc::lseek(dfd, cookie as i64, libc::SEEK_SET) } < 0 {
-            return Err(last_errno());
-        }
+        // The cookie came from an earlier getdents d_off.
+        sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
         let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
         'outer: while out.len() < max {
-            // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-            let n =
-                unsafe { libc::syscall(libc::SYS_getdents64, dfd, buf.as_mut_ptr(), buf.len()) };
-            if n < 0 {
-                return Err(last_errno());
-            }
+            let n = getdents64(dfd, &mut buf).errno()?;
             if n == 0 {
                 break;
             }
-            let n = n as usize;
-            let mut pos = 0;
-            while pos + 19 < n {
-                // struct linux_dirent64: u64 ino, i64 off, u16 reclen, u8 type, name.
-                let off = i64::from_ne_bytes(buf[pos + 8..pos + 16].try_into().unwrap_or([0; 8]));
-                let reclen =
-                    u16::from_ne_bytes(buf[pos + 16..pos + 18].try_into().unwrap_or([0; 2]))
-                        as usize;
-                if reclen == 0 || pos + reclen > n {
-                    return Err(libc::EIO);
-                }
-                let name_bytes = &buf[pos + 19..pos + reclen];
-                let name_len = name_bytes
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(name_bytes.len());
-                let name = &name_bytes[..name_len];
-                pos += reclen;
+            for d in Dirents::new(&buf[..n]) {
+                let d = d.map_err(|e| {
+                    log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
+                    libc::EIO
+                })?;
+                let name = d.name;
                 let st = if name == b"." || name == b".." {
                     // ".." of the root must not reveal what lies above it.
                     own
@@ -244,7 +210,7 @@ impl Export {
                 let no_xattrs = name != b"." && name != b".." && !has_xattrs(dfd, name);
                 out.push(DirItem {
                     name: name.to_vec(),
-                    cookie: off as u64,
+                    cookie: d.off as u64,
                     entry: self.entry(&st),
                     no_xattrs,
                 });
@@ -256,79 +222,56 @@ impl Export {
         Ok(out)
     }
 
+    /// Makes a directory.
     pub fn mkdir(&self, rel: &[u8], mode: u32) -> Result<Entry, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
-        // SAFETY: `name` is NUL-terminated.
-        check(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode & 0o7777) })?;
-        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+        sysfs::mkdirat(dir.as_fd(), &name, mode & 0o7777).errno()?;
+        Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// Removes a file or (with `is_dir`) an empty directory.
     pub fn remove(&self, rel: &[u8], is_dir: bool) -> Result<(), Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
-        // SAFETY: `name` is NUL-terminated.
-        check(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
-        Ok(())
+        sysfs::unlinkat(dir.as_fd(), &name, flags).errno()
     }
 
+    /// Renames (`RENAME_*` flags).
     pub fn rename(&self, from: &[u8], to: &[u8], flags: u32) -> Result<(), Errno> {
         let (d1, n1) = open_parent(self.root_fd(), from)?;
         let (d2, n2) = open_parent(self.root_fd(), to)?;
-        // SAFETY: names are NUL-terminated, fds are ours.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_renameat2,
-                d1.as_raw_fd(),
-                n1.as_ptr(),
-                d2.as_raw_fd(),
-                n2.as_ptr(),
-                flags,
-            )
-        };
-        if rc < 0 {
-            return Err(last_errno());
-        }
-        Ok(())
+        sysfs::renameat2(d1.as_fd(), &n1, d2.as_fd(), &n2, flags).errno()
     }
 
+    /// Makes a symbolic link to `target`.
     pub fn symlink(&self, rel: &[u8], target: &[u8]) -> Result<Entry, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let t = cstr(target)?;
-        // SAFETY: both strings are NUL-terminated. The target is stored, not
-        // followed: later resolutions go through RESOLVE_BENEATH.
-        check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), name.as_ptr()) })?;
-        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+        // The target is stored, not followed: later resolutions go through
+        // RESOLVE_BENEATH.
+        sysfs::symlinkat(&t, dir.as_fd(), &name).errno()?;
+        Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// The target of a symbolic link.
     pub fn readlink(&self, rel: &[u8]) -> Result<Vec<u8>, Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: the kernel writes at most `buf.len()` bytes.
-        let n = unsafe {
-            libc::readlinkat(
-                dir.as_raw_fd(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(last_errno());
-        }
-        buf.truncate(n as usize);
+        let n = sysfs::readlinkat(dir.as_fd(), &name, &mut buf).errno()?;
+        buf.truncate(n);
         Ok(buf)
     }
 
+    /// Makes a hard link.
     pub fn link(&self, from: &[u8], to: &[u8]) -> Result<Entry, Errno> {
         let (d1, n1) = open_parent(self.root_fd(), from)?;
         let (d2, n2) = open_parent(self.root_fd(), to)?;
-        // SAFETY: names are NUL-terminated; flags 0 never follows a symlink.
-        check(unsafe {
-            libc::linkat(d1.as_raw_fd(), n1.as_ptr(), d2.as_raw_fd(), n2.as_ptr(), 0)
-        })?;
-        Ok(self.entry(&stat_at(d2.as_raw_fd(), &n2)?))
+        // Flags 0 never follows a symlink.
+        sysfs::linkat(d1.as_fd(), &n1, d2.as_fd(), &n2, 0).errno()?;
+        Ok(self.entry(&stat_at(d2.as_fd(), &n2)?))
     }
 
+    /// Makes a FIFO, socket or empty file (no device nodes).
     pub fn mknod(&self, rel: &[u8], mode: u32, rdev: u32) -> Result<Entry, Errno> {
         match mode & libc::S_IFMT {
             libc::S_IFIFO | libc::S_IFREG | libc::S_IFSOCK => {}
@@ -336,17 +279,14 @@ impl Export {
             _ => return Err(libc::EPERM),
         }
         let (dir, name) = open_parent(self.root_fd(), rel)?;
-        // SAFETY: `name` is NUL-terminated.
-        check(unsafe { libc::mknodat(dir.as_raw_fd(), name.as_ptr(), mode, u64::from(rdev)) })?;
-        Ok(self.entry(&stat_at(dir.as_raw_fd(), &name)?))
+        sysfs::mknodat(dir.as_fd(), &name, mode, u64::from(rdev)).errno()?;
+        Ok(self.entry(&stat_at(dir.as_fd(), &name)?))
     }
 
+    /// Filesystem statistics.
     pub fn statfs(&self, rel: &[u8]) -> Result<StatFs, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
-        // SAFETY: an all-zero statfs is valid to overwrite.
-        let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `s` is writable for its size.
-        check(unsafe { libc::fstatfs(node.as_raw_fd(), &mut s) })?;
+        let s = sysfs::fstatfs(node.as_raw_fd()).errno()?;
         Ok(StatFs {
             blocks: s.f_blocks,
             bfree: s.f_bfree,
@@ -377,7 +317,7 @@ impl Export {
             | libc::O_SYNC
             | libc::O_DSYNC;
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
-        only_regular(&stat_fd(node.as_raw_fd())?)?;
+        only_regular(&stat_fd(&node)?)?;
         let flags = flags & keep;
         let access = flags & libc::O_ACCMODE;
         let file = std::fs::OpenOptions::new()
@@ -388,7 +328,7 @@ impl Export {
             .open(format!("/proc/self/fd/{}", node.as_raw_fd()))
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let fd = OwnedFd::from(file);
-        only_regular(&stat_fd(fd.as_raw_fd())?)?;
+        only_regular(&stat_fd(&fd)?)?;
         Ok(fd)
     }
 
@@ -400,48 +340,36 @@ impl Export {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL;
         let flags = (flags & keep) | libc::O_CREAT | libc::O_NONBLOCK | libc::O_NOCTTY;
-        let fd = open_beneath(dir.as_raw_fd(), &name, flags, mode)?;
-        let st = stat_fd(fd.as_raw_fd())?;
+        let fd = open_beneath(dir.as_fd(), &name, flags, mode)?;
+        let st = stat_fd(&fd)?;
         only_regular(&st)?;
         Ok((self.entry(&st), fd))
     }
 
+    /// An extended attribute's value.
     pub fn xattr_get(&self, rel: &[u8], name: &CStr) -> Result<Vec<u8>, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
         let mut buf = vec![0u8; super::super::proto::MAX_XATTR];
-        // SAFETY: strings are NUL-terminated; the kernel writes at most buf.len() bytes.
-        let n = unsafe {
-            libc::getxattr(
-                p.as_ptr(),
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(last_errno());
-        }
-        buf.truncate(n as usize);
+        let n = xattr::get(&p, name, &mut buf).errno()?;
+        buf.truncate(n);
         Ok(buf)
     }
 
+    /// The names of the extended attributes.
     pub fn xattr_list(&self, rel: &[u8]) -> Result<Vec<Vec<u8>>, Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
         let mut buf = vec![0u8; super::super::proto::MAX_XATTR];
-        // SAFETY: as above.
-        let n = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(last_errno());
-        }
-        Ok(buf[..n as usize]
+        let n = xattr::list(&p, &mut buf).errno()?;
+        Ok(buf[..n]
             .split(|&b| b == 0)
             .filter(|s| !s.is_empty())
             .map(<[u8]>::to_vec)
             .collect())
     }
 
+    /// Sets an extended attribute.
     pub fn xattr_set(
         &self,
         rel: &[u8],
@@ -451,25 +379,14 @@ impl Export {
     ) -> Result<(), Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
-        // SAFETY: strings are NUL-terminated; value is read for its length.
-        check(unsafe {
-            libc::setxattr(
-                p.as_ptr(),
-                name.as_ptr(),
-                value.as_ptr().cast(),
-                value.len(),
-                flags,
-            )
-        })?;
-        Ok(())
+        xattr::set(&p, name, value, flags).errno()
     }
 
+    /// Removes an extended attribute.
     pub fn xattr_remove(&self, rel: &[u8], name: &CStr) -> Result<(), Errno> {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
-        // SAFETY: strings are NUL-terminated.
-        check(unsafe { libc::removexattr(p.as_ptr(), name.as_ptr()) })?;
-        Ok(())
+        xattr::remove(&p, name).errno()
     }
 }
 
@@ -489,7 +406,8 @@ fn only_regular(st: &libc::stat) -> Result<(), Errno> {
 /// Whether `dir/name` has extended attributes (false only when the server
 /// is sure it has none). The name is not followed: the `/proc/self/fd`
 /// link reaches the directory itself and `llistxattr` stops at `name`.
-fn has_xattrs(dir: RawFd, name: &[u8]) -> bool {
+fn has_xattrs(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
+    let dir: RawFd = dir.as_raw_fd();
     let Ok(p) = cstr(
         format!("/proc/self/fd/{dir}/")
             .as_bytes()
@@ -501,7 +419,6 @@ fn has_xattrs(dir: RawFd, name: &[u8]) -> bool {
     ) else {
         return true;
     };
-    // SAFETY: `p` is NUL-terminated; a NULL buffer of size 0 only asks the size.
-    let n = unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) };
-    n != 0
+    // An error (no xattr support, a vanished name) is not "sure it has none".
+    !matches!(xattr::llist_len(&p), Ok(0))
 }

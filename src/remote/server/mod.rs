@@ -33,12 +33,17 @@ use session::Session;
 /// How a server runs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
+    /// The directory served.
     pub dir: PathBuf,
     /// `ip:port` to listen on (port 0 picks one).
     pub listen: String,
+    /// Refuse writes.
     pub read_only: bool,
+    /// Shared secret clients must prove.
     pub token: Option<Token>,
+    /// Which transport to listen on.
     pub transport: TransportKind,
+    /// Whose identity requests run as.
     pub policy: IdentityPolicy,
     /// Allow listening beyond loopback without a token.
     pub insecure: bool,
@@ -56,6 +61,7 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
+    /// Defaults for serving `dir` on `listen`.
     pub fn new(dir: impl Into<PathBuf>, listen: impl Into<String>) -> ServeConfig {
         ServeConfig {
             dir: dir.into(),
@@ -466,15 +472,12 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
     // umask is per process unless the thread has its own fs_struct, so take
     // one: a server embedded in another program (`hipfs mount --local`,
     // tests) leaves that program's umask alone.
-    // SAFETY: unshare(CLONE_FS) affects only this thread; umask cannot fail.
-    unsafe {
-        if libc::unshare(libc::CLONE_FS) == 0 {
-            libc::umask(0);
-        } else {
-            log::warn!(
-                "unshare(CLONE_FS) failed ({}); created files get the server's umask",
-                std::io::Error::last_os_error()
-            );
+    match hipfs_sys::process::unshare_fs() {
+        Ok(()) => {
+            hipfs_sys::process::umask(0);
+        }
+        Err(e) => {
+            log::warn!("unshare(CLONE_FS) failed ({e}); created files get the server's umask")
         }
     }
     loop {

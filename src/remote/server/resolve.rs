@@ -7,35 +7,27 @@
 //! way the kernel asks a FUSE filesystem to.
 
 use std::ffi::{CStr, CString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use hipfs_sys::fs::{OpenHow, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS};
 
 /// `errno` as a plain result, the way replies carry it.
 pub type Errno = i32;
 
-// linux/openat2.h. Our own definitions: libc's `open_how` cannot be built
-// outside libc (it is non_exhaustive).
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_BENEATH: u64 = 0x08;
-
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
+/// The errno of a failed system call (`EIO` for an error without one).
+pub(crate) fn errno(e: std::io::Error) -> Errno {
+    e.raw_os_error().unwrap_or(libc::EIO)
 }
 
-pub(crate) fn last_errno() -> Errno {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// Extension turning `std::io::Result` into the server's `Result<_, Errno>`.
+pub(crate) trait ToErrno<T> {
+    /// The value, or the call's errno.
+    fn errno(self) -> Result<T, Errno>;
 }
 
-/// Turns a `-1` return into the errno.
-pub(crate) fn check(rc: libc::c_int) -> Result<libc::c_int, Errno> {
-    if rc < 0 {
-        Err(last_errno())
-    } else {
-        Ok(rc)
+impl<T> ToErrno<T> for std::io::Result<T> {
+    fn errno(self) -> Result<T, Errno> {
+        self.map_err(errno)
     }
 }
 
@@ -45,7 +37,7 @@ pub(crate) fn cstr(b: &[u8]) -> Result<CString, Errno> {
 
 /// `openat2(dir, path, flags, mode)` resolving beneath `dir`.
 pub(crate) fn open_beneath(
-    dir: RawFd,
+    dir: BorrowedFd<'_>,
     path: &CStr,
     flags: i32,
     mode: u32,
@@ -60,32 +52,17 @@ pub(crate) fn open_beneath(
         resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     loop {
-        // SAFETY: `path` is NUL-terminated, `how` is a valid open_how of the
-        // size passed; the kernel only reads both.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                path.as_ptr(),
-                &how as *const OpenHow,
-                std::mem::size_of::<OpenHow>(),
-            )
-        };
-        if rc >= 0 {
-            // SAFETY: the kernel returned a new descriptor that we now own.
-            return Ok(unsafe { OwnedFd::from_raw_fd(rc as RawFd) });
-        }
-        let e = last_errno();
-        // EAGAIN: a concurrent rename raced the lookup; EINTR: a signal.
-        if e != libc::EAGAIN && e != libc::EINTR {
+        match hipfs_sys::fs::openat2(dir, path, &how).errno() {
+            // EAGAIN: a concurrent rename raced the lookup; EINTR: a signal.
+            Err(libc::EAGAIN | libc::EINTR) => continue,
             // EXDEV is what the kernel answers for an escape attempt.
-            return Err(e);
+            other => return other,
         }
     }
 }
 
 /// The node at `rel` (empty: the export root) opened with `flags`.
-pub(crate) fn open_node(root: RawFd, rel: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
+pub(crate) fn open_node(root: BorrowedFd<'_>, rel: &[u8], flags: i32) -> Result<OwnedFd, Errno> {
     let p = if rel.is_empty() {
         CString::from(c".")
     } else {
@@ -97,7 +74,7 @@ pub(crate) fn open_node(root: RawFd, rel: &[u8], flags: i32) -> Result<OwnedFd, 
 /// The directory holding `rel` (an O_PATH fd) and the last name. The root
 /// itself has no parent here: its operations are refused with `EBUSY` or
 /// done through [`open_node`].
-pub(crate) fn open_parent(root: RawFd, rel: &[u8]) -> Result<(OwnedFd, CString), Errno> {
+pub(crate) fn open_parent(root: BorrowedFd<'_>, rel: &[u8]) -> Result<(OwnedFd, CString), Errno> {
     if rel.is_empty() {
         return Err(libc::EBUSY);
     }
@@ -117,20 +94,16 @@ pub(crate) fn proc_path(fd: &OwnedFd) -> CString {
 }
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`; an empty name stats `dir`.
-pub(crate) fn stat_at(dir: RawFd, name: &CStr) -> Result<libc::stat, Errno> {
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+pub(crate) fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<libc::stat, Errno> {
     let flags = if name.is_empty() {
         libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
     } else {
         libc::AT_SYMLINK_NOFOLLOW
     };
-    // SAFETY: `name` is NUL-terminated and `st` is writable for its size.
-    check(unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, flags) })?;
-    Ok(st)
+    hipfs_sys::fs::fstatat(dir, name, flags).errno()
 }
 
 /// `fstat` of an fd (O_PATH fds included).
-pub(crate) fn stat_fd(fd: RawFd) -> Result<libc::stat, Errno> {
-    stat_at(fd, c"")
+pub(crate) fn stat_fd(fd: impl AsFd) -> Result<libc::stat, Errno> {
+    stat_at(fd.as_fd(), c"")
 }

@@ -6,21 +6,18 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hipfs_rdma::{Connection, LocalRegion};
+use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
 use super::creds::become_user;
 use super::limits::{InFlight, Limits};
-use super::resolve::{cstr, last_errno, Errno};
+use super::resolve::{cstr, Errno, ToErrno};
 use super::ServerShared;
+use hipfs_sys::io::{pread_full, pwrite_all};
 
 /// A staging buffer registered on one connection: the source of
 /// `write_remote` for reads that name a destination region.
-struct Staging {
-    // Declared first so it is dropped (deregistered) before the memory goes.
-    region: Arc<LocalRegion>,
-    _mem: Box<[u8]>,
-}
+type Staging = OwnedRegion;
 
 /// Most staging buffers kept per connection, per size class.
 const MAX_STAGING: usize = 16;
@@ -112,18 +109,14 @@ impl Session {
         if let Some(s) = self.pop_staging(pool) {
             return Ok(s);
         }
-        let mut mem = vec![0u8; size].into_boxed_slice();
-        // SAFETY: `mem` is valid writable memory owned by the Staging that
-        // also owns the region, and the region is dropped first.
-        let region = unsafe { self.conn.register(mem.as_mut_ptr(), mem.len()) }.map_err(|e| {
+        OwnedRegion::new(self.conn.as_ref(), size).map_err(|e| {
             log::warn!("cannot register staging memory: {e}");
             libc::ENOMEM
-        })?;
-        Ok(Staging { region, _mem: mem })
+        })
     }
 
     fn put_staging(&self, s: Staging) {
-        let len = s.region.len();
+        let len = s.len();
         let (pool, _, keep) = self.pool(len);
         let mut v = pool.lock().unwrap_or_else(|p| p.into_inner());
         if v.len() >= keep {
@@ -141,8 +134,7 @@ impl Session {
 
     fn pop_staging(&self, pool: &Mutex<Vec<Staging>>) -> Option<Staging> {
         let s = pool.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
-        self.kept_staging
-            .fetch_sub(s.region.len(), Ordering::Relaxed);
+        self.kept_staging.fetch_sub(s.len(), Ordering::Relaxed);
         Some(s)
     }
 
@@ -157,9 +149,7 @@ impl Session {
         match &req.op {
             Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
             Op::Getattr { path, fh } => match fh {
-                Some(fh) => ex
-                    .getattr_fd(self.file(*fh)?.as_raw_fd())
-                    .map(Payload::Attr),
+                Some(fh) => ex.getattr_fd(self.file(*fh)?.as_fd()).map(Payload::Attr),
                 None => ex.lookup(path).map(|e| Payload::Attr(e.attr)),
             },
             Op::Setattr { path, fh, set } => {
@@ -202,22 +192,12 @@ impl Session {
             } => self.read(*fh, *offset, *len as usize, dest.as_ref()),
             Op::Write { fh, offset, data } => {
                 let f = self.file(*fh)?;
-                let n = pwrite_all(f.as_raw_fd(), data, *offset)?;
+                let n = pwrite_all(f.as_fd(), data, *offset).errno()?;
                 Ok(Payload::Written(n as u32))
             }
             Op::Fsync { fh, datasync } => {
                 let f = self.file(*fh)?;
-                // SAFETY: plain syscalls on an fd we hold.
-                let rc = unsafe {
-                    if *datasync {
-                        libc::fdatasync(f.as_raw_fd())
-                    } else {
-                        libc::fsync(f.as_raw_fd())
-                    }
-                };
-                if rc < 0 {
-                    return Err(last_errno());
-                }
+                hipfs_sys::fs::fsync(f.as_fd(), *datasync).errno()?;
                 Ok(Payload::Empty)
             }
             Op::Flush { fh } => self.file(*fh).map(|_| Payload::Empty),
@@ -257,7 +237,7 @@ impl Session {
         match dest {
             None => {
                 let mut data = vec![0u8; len];
-                let n = pread_full(f.as_raw_fd(), &mut data, offset)?;
+                let n = pread_full(f.as_fd(), &mut data, offset).errno()?;
                 data.truncate(n);
                 Ok(Payload::Read { n: n as u32, data })
             }
@@ -274,15 +254,15 @@ impl Session {
                         Err(Some(e)) => return Err(e),
                     }
                 }
-                let staging = self.take_staging(len)?;
-                // SAFETY: the staging memory is ours, at least `len` bytes
-                // long (take_staging), and no one else uses it while we hold it.
-                let buf = unsafe { std::slice::from_raw_parts_mut(staging.region.ptr(), len) };
-                let result = pread_full(f.as_raw_fd(), buf, offset).and_then(|n| {
+                let mut staging = self.take_staging(len)?;
+                // The staging memory is ours, at least `len` bytes long
+                // (take_staging), and no one else uses it while we hold it.
+                let buf = &mut staging.bytes_mut()[..len];
+                let result = pread_full(f.as_fd(), buf, offset).errno().and_then(|n| {
                     if n > 0 {
                         let (conn, src, dst, at) = (
                             self.conn.clone(),
-                            staging.region.clone(),
+                            staging.region().clone(),
                             d.region,
                             d.offset,
                         );
@@ -321,12 +301,7 @@ impl Session {
     ) -> Result<usize, Option<Errno>> {
         // Ask only for bytes the file has, so a read at the end reports a
         // short count instead of zeros.
-        // SAFETY: a zeroed stat is a valid out-parameter for fstat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat on an fd we hold, into a local.
-        if unsafe { libc::fstat(f.as_raw_fd(), &mut st) } < 0 {
-            return Err(Some(last_errno()));
-        }
+        let st = hipfs_sys::fs::fstat(f.as_raw_fd()).errno().map_err(Some)?;
         let size = u64::try_from(st.st_size).unwrap_or(0);
         let n = size.saturating_sub(offset).min(len as u64) as usize;
         if n == 0 {
@@ -378,53 +353,10 @@ impl Drop for Session {
                 p.lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .iter()
-                    .map(|s| s.region.len())
+                    .map(|s| s.len())
                     .sum::<usize>()
             })
             .sum();
         self.kept_staging.fetch_sub(kept, Ordering::Relaxed);
     }
-}
-
-/// Reads until `buf` is full or end of file.
-fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> Result<usize, Errno> {
-    let mut done = 0;
-    while done < buf.len() {
-        let off = i64::try_from(offset + done as u64).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the kernel writes at most the remaining length into `buf`.
-        let n = unsafe { libc::pread(fd, buf[done..].as_mut_ptr().cast(), buf.len() - done, off) };
-        if n < 0 {
-            let e = last_errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            break;
-        }
-        done += n as usize;
-    }
-    Ok(done)
-}
-
-fn pwrite_all(fd: i32, data: &[u8], offset: u64) -> Result<usize, Errno> {
-    let mut done = 0;
-    while done < data.len() {
-        let off = i64::try_from(offset + done as u64).map_err(|_| libc::EFBIG)?;
-        // SAFETY: the kernel reads at most the remaining length of `data`.
-        let n = unsafe { libc::pwrite(fd, data[done..].as_ptr().cast(), data.len() - done, off) };
-        if n < 0 {
-            let e = last_errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            if done > 0 {
-                break;
-            }
-            return Err(e);
-        }
-        done += n as usize;
-    }
-    Ok(done)
 }

@@ -2,7 +2,7 @@
 //! and the reader (applies WRITE frames straight into registered memory,
 //! completes READ answers, queues control messages; never writes).
 
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver};
@@ -28,8 +28,7 @@ impl Shared {
                     let mut h = Header::new(FrameKind::Msg);
                     h.len = m.len() as u64;
                     send_header(fd, &h, !m.is_empty())?;
-                    // SAFETY: m is an owned buffer of m.len() bytes.
-                    unsafe { sock::send_all(fd, m.as_ptr(), m.len(), false)? };
+                    sock::send_bytes(fd, &m, false)?;
                     self.out_gate.release(cost(m.len()));
                 }
                 Job::Write { hdr, slot, local } => {
@@ -57,7 +56,7 @@ impl Shared {
                     // the first byte: copy through a buffer instead.
                     let sent = match sock::send_file(fd, file, at, len) {
                         Ok(n) => n,
-                        Err(_) => sock::send_file_copied(fd, file, at, len)?,
+                        Err(_) => sock::send_file_copied(fd, src.fd.as_fd(), at, len)?,
                     };
                     if sent < len {
                         // Tell the caller where the file data ends before
@@ -137,9 +136,7 @@ impl Shared {
                     return Err(self.disconnected());
                 }
                 let mut m = vec![0u8; h.len as usize];
-                // SAFETY: m has h.len writable bytes.
-                unsafe { sock::recv_exact(fd, m.as_mut_ptr(), m.len()) }
-                    .map_err(io_to_disconnect)?;
+                sock::recv_bytes(fd, &mut m).map_err(io_to_disconnect)?;
                 let _ = self.msg_tx.send(m);
             }
             FrameKind::Write => {

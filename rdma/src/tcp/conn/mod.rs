@@ -434,8 +434,7 @@ impl Shared {
 
 fn send_header(fd: RawFd, h: &Header, more: bool) -> Result<()> {
     let b = h.encode();
-    // SAFETY: b is a local array.
-    unsafe { sock::send_all(fd, b.as_ptr(), b.len(), more) }.map_err(io_to_disconnect)
+    sock::send_bytes(fd, &b, more).map_err(io_to_disconnect)
 }
 
 fn io_to_disconnect(e: std::io::Error) -> Error {

@@ -17,16 +17,16 @@ impl Inner {
     pub(super) fn poll_loop(self: Arc<Self>) {
         // SAFETY: all-zero ibv_wc is valid output storage.
         let mut wcs: [ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        let failed = |me: &Self, e: Error| me.die(format!("{e}"));
         let mut idle = 0u32;
         let mut rounds = 0u32;
         while !self.dead.load(Ordering::SeqCst) {
-            // SAFETY: cq live (Inner holds it); wcs has room for 32.
-            let n = unsafe { ibv_poll_cq(self.cq.0, 32, wcs.as_mut_ptr()) };
-            if n < 0 {
-                self.die("ibv_poll_cq failed".into());
-                return;
-            }
-            for wc in &wcs[..n as usize] {
+            let done = match self.cq.poll(&mut wcs) {
+                Ok(done) => done,
+                Err(e) => return failed(&self, e),
+            };
+            let n = done.len();
+            for wc in done {
                 self.handle(wc);
             }
             rounds = rounds.wrapping_add(1);
@@ -44,12 +44,16 @@ impl Inner {
             }
             // Idle: arm the completion channel and sleep on it and on the
             // CM channel (a peer's disconnect arrives there).
-            // SAFETY: cq live.
-            unsafe { ibv_req_notify_cq(self.cq.0, 0) };
-            // SAFETY: as above; re-poll closes the arm/arrive race.
-            let n = unsafe { ibv_poll_cq(self.cq.0, 32, wcs.as_mut_ptr()) };
-            if n > 0 {
-                for wc in &wcs[..n as usize] {
+            if let Err(e) = self.cq.req_notify() {
+                return failed(&self, e);
+            }
+            // Re-poll: closes the arm/arrive race.
+            let done = match self.cq.poll(&mut wcs) {
+                Ok(done) => done,
+                Err(e) => return failed(&self, e),
+            };
+            if !done.is_empty() {
+                for wc in done {
                     self.handle(wc);
                 }
                 idle = 0;
@@ -70,13 +74,7 @@ impl Inner {
             // SAFETY: fds valid for the call.
             unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
             if fds[0].revents != 0 {
-                let mut cq = std::ptr::null_mut();
-                let mut ctx = std::ptr::null_mut();
-                // SAFETY: non-blocking channel; on success the event is acked once.
-                if unsafe { ibv_get_cq_event(self.cc.0, &mut cq, &mut ctx) } == 0 {
-                    // SAFETY: cq is ours, one event received.
-                    unsafe { ibv_ack_cq_events(cq, 1) };
-                }
+                self.cc.ack_event();
             }
             if fds[1].revents != 0 {
                 self.cm_events(Duration::ZERO);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use hipfs_fusefs::{Credentials, Errno, Ino, Result};
 
-use hipfs_rdma::{LocalRegion, TransportKind};
+use hipfs_rdma::{OwnedRegion, TransportKind};
 
 use super::super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
 use super::super::{Link, RecvBuf};
@@ -272,7 +272,7 @@ impl RemoteFs {
 enum ReadTarget {
     /// Over TCP registering is a table entry, so the reply's own vector is
     /// registered and filled in place: no copy on this side.
-    Owned(Vec<u8>, Arc<LocalRegion>),
+    Owned(OwnedRegion),
     /// Over verbs registering pins memory (slow): a pooled buffer, copied out.
     Pooled(RecvBuf),
 }
@@ -281,13 +281,9 @@ impl ReadTarget {
     fn new(link: &Link, size: usize) -> std::result::Result<ReadTarget, i32> {
         if link.conn.kind() == TransportKind::Tcp {
             // Zeroed, so whatever the server does every byte handed on is initialised.
-            let mut v = vec![0u8; size];
-            // SAFETY: the vector's heap buffer does not move while the
-            // region lives (the vector is only moved, never grown), and the
-            // region is dropped before the vector is handed on.
-            let region =
-                unsafe { link.conn.register(v.as_mut_ptr(), v.len()) }.map_err(|_| libc::ENOMEM)?;
-            Ok(ReadTarget::Owned(v, region))
+            OwnedRegion::new(link.conn.as_ref(), size)
+                .map(ReadTarget::Owned)
+                .map_err(|_| libc::ENOMEM)
         } else {
             link.take_recv_buf()
                 .map(ReadTarget::Pooled)
@@ -297,16 +293,16 @@ impl ReadTarget {
 
     fn descriptor(&self) -> hipfs_rdma::RemoteDescriptor {
         match self {
-            ReadTarget::Owned(_, r) => r.descriptor(),
-            ReadTarget::Pooled(b) => b.region.descriptor(),
+            ReadTarget::Owned(r) => r.region().descriptor(),
+            ReadTarget::Pooled(b) => b.region().descriptor(),
         }
     }
 
     /// The first `n` bytes; a pooled buffer goes back to its link.
     fn into_data(self, link: &Link, n: usize) -> Vec<u8> {
         match self {
-            ReadTarget::Owned(mut v, region) => {
-                drop(region);
+            ReadTarget::Owned(r) => {
+                let mut v = r.into_vec();
                 v.truncate(n);
                 v
             }

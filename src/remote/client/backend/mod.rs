@@ -94,6 +94,7 @@ impl RemoteFs {
         )
     }
 
+    /// A filesystem over `client`.
     pub fn new(client: Arc<RemoteClient>) -> RemoteFs {
         let mut nodes = HashMap::new();
         nodes.insert(

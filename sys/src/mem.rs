@@ -1,0 +1,116 @@
+//! Host memory the I/O paths own: aligned heap blocks and anonymous
+//! mappings.
+
+use std::io;
+use std::ptr::NonNull;
+
+/// An aligned heap allocation (O_DIRECT bounce memory), freed on drop.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively; moving it between
+// threads moves that ownership.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` bytes (at least one) aligned to `align` (a power of two; at
+    /// least 4096). `InvalidInput` for a bad alignment, `OutOfMemory` when
+    /// the allocator fails.
+    pub fn new(len: usize, align: usize) -> io::Result<AlignedBuf> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), align.max(4096))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("layout: {e}")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "out of memory for bounce buffer",
+            )
+        })?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+
+    /// The memory.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Whether it is empty (never: at least one byte is allocated).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from alloc with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// An anonymous private read-write mapping, unmapped on drop.
+pub struct AnonMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned exclusively by this value.
+unsafe impl Send for AnonMap {}
+// SAFETY: shared references hand out only the address, never the bytes.
+unsafe impl Sync for AnonMap {}
+
+impl AnonMap {
+    /// Maps `len` bytes (rounded up by the kernel to pages); with
+    /// `huge_pages`, advises `MADV_HUGEPAGE` (a hint; where transparent
+    /// huge pages are off it changes nothing).
+    pub fn new(len: usize, huge_pages: bool) -> io::Result<AnonMap> {
+        // SAFETY: an anonymous private mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave NULL"))?;
+        if huge_pages {
+            // SAFETY: p..p+len is our fresh mapping; the advice changes no contents.
+            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+        }
+        Ok(AnonMap { ptr, len })
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes are mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), owned by us alone.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
