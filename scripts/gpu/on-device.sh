@@ -35,11 +35,11 @@ F=$W/read-$SIZE.bin; FC=$W/cold-$COLD.bin; FW=$W/write-$WSIZE.bin
 if step tests; then
     say "GPU tests (default parameters)"
     for t in "$G"/tests/*; do
-        HIPFS_TEST_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_ batch_async:: --test-threads=4 || fail=1
+        HIPFS_REQUIRE_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_ batch_async:: --test-threads=4 || fail=1
     done
     say "GPU tests again with 64 KiB chunks and 5 workers (many chunks per request)"
     for t in "$G"/tests/*; do
-        HIPFS_TEST_GPU=1 HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_ batch_async:: --test-threads=4 || fail=1
+        HIPFS_REQUIRE_GPU=1 HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_ batch_async:: --test-threads=4 || fail=1
     done
     rm -rf "$W/t"
 fi

@@ -21,8 +21,10 @@ cargo build --release -p hipfs-cli --bin hipfs
 tests=()
 # The core's one test binary; on-device.sh runs its GPU modules (gpu_*, batch_async).
 tests+=(--test it)
-# The test executables' paths come from cargo's JSON messages.
-cargo test --release -p hipfs --no-run "${tests[@]}" --message-format=json 2>/dev/null |
+# The test executables' paths come from cargo's JSON messages. Built with
+# HIPFS_REQUIRE_GPU=1: the GPU tests are then not ignored (this machine has
+# no GPU), and on the device a missing GPU fails them instead of passing.
+HIPFS_REQUIRE_GPU=1 cargo test --release -p hipfs --no-run "${tests[@]}" --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -22,10 +22,11 @@ use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
 
 /// Opens the driver once for the whole binary and never closes it (tests
-/// run in parallel threads and share it). Without `HIPFS_TEST_GPU=1` the
-/// host runtime is forced, whose emulated streams are plain numbers; with it
-/// (on the GPU machine) the real runtime runs everything, streams included,
-/// and the device-memory tests run too.
+/// run in parallel threads and share it). In a build without a GPU
+/// (`hipfs_gpu` unset, see build-support/hw_probe.rs) the host runtime is
+/// forced, whose emulated streams are plain numbers; in a GPU build (on the
+/// GPU machine, or HIPFS_REQUIRE_GPU=1) the real runtime runs everything,
+/// streams included, and the device-memory tests run too.
 ///
 /// On a GPU the returned guard serialises the tests: like NCCL's, pending
 /// stream-ordered I/O must not meet a device-wide synchronisation (the
@@ -35,7 +36,7 @@ fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     static ONCE: Once = Once::new();
     static GPU_SERIAL: Mutex<()> = Mutex::new(());
     ONCE.call_once(|| {
-        let gpu = std::env::var_os("HIPFS_TEST_GPU").is_some_and(|v| v == "1");
+        let gpu = cfg!(hipfs_gpu);
         if !gpu {
             std::env::set_var("HIPFS_GPU_RUNTIME", "host");
         }
@@ -44,7 +45,7 @@ fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
         if gpu {
             assert!(
                 rt.device_count() > 0,
-                "HIPFS_TEST_GPU=1 but {}",
+                "a GPU build (hipfs_gpu) but {}",
                 hipfs::gpu::selection_message()
             );
         } else {
