@@ -265,9 +265,14 @@ fn userspace_handles_on_a_tcp_mount_bind_a_client_with_the_mounts_transport() {
     let fx = Fixture::new();
     fs::write(fx.e("t"), b"transport").unwrap();
     let fh = open_us(&fx.m("t"), libc::O_RDONLY);
-    let client =
-        hipfs::remote::client::shared_client(hipfs::remote::client::ClientConfig::new(&fx.addr))
-            .unwrap();
+    // Each direct-path file has its own client (its capability is the
+    // connection's credential); this one's is the newest.
+    let clients = hipfs::remote::client::direct_clients();
+    let client = clients
+        .iter()
+        .rev()
+        .find(|c| c.server() == fx.addr)
+        .expect("the handle's client");
     assert_eq!(client.transport(), hipfs_rdma::TransportKind::Tcp);
     let mut mem = vec![0u8; 9];
     let buf = Buffer::from_slice(&mut mem, 0);

@@ -20,6 +20,7 @@ pub mod client;
 mod error;
 pub mod mount;
 pub mod proto;
+pub mod seal;
 pub mod server;
 
 pub use error::RemoteError;

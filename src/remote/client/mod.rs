@@ -31,13 +31,73 @@ pub struct ClientConfig {
     /// `host:port`.
     pub server: String,
     pub token: Option<Token>,
-    /// Where the token came from (handed to UserspaceFs users of a mount).
+    /// Where the token came from (for messages; never handed to processes).
     pub token_file: Option<PathBuf>,
     pub transport: TransportKind,
     /// How long a call may wait for the server (including reconnecting).
     pub timeout: Duration,
     /// TCP streams or QPs of the connection; 0: the transport's default.
     pub lanes: usize,
+    /// Where to get a local ticket when there is no token (see
+    /// [`LocalTicket`]).
+    pub local_ticket: LocalTicket,
+    /// A file capability to authenticate with instead (the direct path):
+    /// the connection may then only use that one file.
+    pub capability: Option<FileCapability>,
+    /// Ask for no message authentication after the handshake
+    /// (`HIPFS_UNAUTHENTICATED_MESSAGES=1`; the server must allow it too):
+    /// only for measuring what authentication costs.
+    pub unauthenticated_messages: bool,
+}
+
+/// A capability for one open file, and how to get a new one when the
+/// server no longer knows it (it restarted, or the mount daemon's
+/// connection to it was replaced): ask the mount again.
+#[derive(Clone)]
+pub struct FileCapability {
+    current: Arc<Mutex<[u8; 32]>>,
+    renew: Option<Arc<dyn Fn() -> Option<[u8; 32]> + Send + Sync>>,
+}
+
+impl std::fmt::Debug for FileCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileCapability(<hidden>)")
+    }
+}
+
+impl FileCapability {
+    pub fn new(
+        secret: [u8; 32],
+        renew: Option<Arc<dyn Fn() -> Option<[u8; 32]> + Send + Sync>>,
+    ) -> FileCapability {
+        FileCapability {
+            current: Arc::new(Mutex::new(secret)),
+            renew,
+        }
+    }
+
+    /// The secret to present; `fresh` asks the mount for a new one first.
+    pub(crate) fn secret(&self, fresh: bool) -> [u8; 32] {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if fresh {
+            if let Some(new) = self.renew.as_ref().and_then(|r| r()) {
+                *cur = new;
+            }
+        }
+        *cur
+    }
+}
+
+/// Where a client without a token gets a local ticket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalTicket {
+    /// From `/run/hipfs/serve-PORT.sock` when the server address is loopback.
+    #[default]
+    Auto,
+    /// From this socket (`-o local_socket=PATH`).
+    At(PathBuf),
+    /// Never (a token is then required).
+    Never,
 }
 
 /// The port `hipfs serve` listens on unless told otherwise.
@@ -53,6 +113,9 @@ impl ClientConfig {
             transport: TransportKind::Auto,
             timeout: Duration::from_secs(30),
             lanes: 0,
+            local_ticket: LocalTicket::Auto,
+            capability: None,
+            unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
         }
     }
 }
@@ -224,7 +287,7 @@ impl RemoteClient {
                 op,
             }
             .encode();
-            let rx = match link.send(id, &msg) {
+            let rx = match link.send(id, msg) {
                 Ok(rx) => rx,
                 // Not sent: always safe to try again on a new link.
                 Err(e) if e.is_disconnect() => continue,
@@ -281,7 +344,7 @@ impl RemoteClient {
             op,
         }
         .encode();
-        if let Err(e) = link.conn.send(&msg) {
+        if let Err(e) = link.send_only(msg) {
             log::debug!("{}: {e}", self.cfg.server);
         }
     }
@@ -314,6 +377,28 @@ struct ClientCounters {
 /// them; see [`direct`]).
 static CLIENTS: Mutex<Vec<Arc<RemoteClient>>> = Mutex::new(Vec::new());
 
+/// Clients of direct-path files (one per bound file: each connection's
+/// credential is that file's capability), for [`register_with_clients`].
+static DIRECT: Mutex<Vec<std::sync::Weak<RemoteClient>>> = Mutex::new(Vec::new());
+
+/// Counts `c` among the clients RDMA_REGISTER buffers are registered with.
+pub(crate) fn add_direct_client(c: &Arc<RemoteClient>) {
+    crate::rdma_hooks::add_rdma_register_hook(register_with_clients);
+    let mut v = DIRECT.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|w| w.strong_count() > 0);
+    v.push(Arc::downgrade(c));
+}
+
+/// The live clients of direct-path (UserspaceFs) files in this process.
+pub fn direct_clients() -> Vec<Arc<RemoteClient>> {
+    DIRECT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(|w| w.upgrade())
+        .collect()
+}
+
 /// The process-wide client for `cfg.server`, connecting on first use.
 pub fn shared_client(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
     // From the first client on, buffers registered with RDMA_REGISTER are
@@ -341,7 +426,9 @@ fn register_with_clients(buf: &crate::buffer::RegisteredBuffer) {
         );
         return;
     }
-    let clients: Vec<Arc<RemoteClient>> = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut clients: Vec<Arc<RemoteClient>> =
+        CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    clients.extend(direct_clients());
     for c in clients {
         let Some(link) = c.current() else { continue };
         match link.buffer_region(buf) {

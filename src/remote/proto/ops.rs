@@ -113,6 +113,15 @@ pub enum Op {
         path: Vec<u8>,
         name: Vec<u8>,
     },
+    /// Mints a capability for open file `fh` of this connection (the
+    /// direct path's credential, see `docs/SECURITY.md`): read access, and
+    /// write access when `write` is asked and the file was opened for
+    /// writing. Answered with `Payload::Bytes` (the secret), revoked when
+    /// `fh` is released or this connection ends.
+    GrantFile {
+        fh: u64,
+        write: bool,
+    },
 }
 
 impl Op {
@@ -142,6 +151,7 @@ impl Op {
             Op::Listxattr { .. } => 22,
             Op::Setxattr { .. } => 23,
             Op::Removexattr { .. } => 24,
+            Op::GrantFile { .. } => 25,
         }
     }
 
@@ -286,6 +296,9 @@ impl Request {
             } => {
                 w.bytes(path).bytes(name).bytes(value).i32(*flags);
             }
+            Op::GrantFile { fh, write } => {
+                w.u64(*fh).bool(*write);
+            }
         }
         w.finish()
     }
@@ -415,6 +428,10 @@ impl Request {
             24 => Op::Removexattr {
                 path: p(&mut r)?,
                 name: r.bytes("xattr name", MAX_NAME)?.to_vec(),
+            },
+            25 => Op::GrantFile {
+                fh: r.u64("fh")?,
+                write: r.bool("write flag")?,
             },
             v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
         };

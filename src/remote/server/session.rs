@@ -9,8 +9,10 @@ use std::sync::{Arc, Mutex};
 use hipfs_rdma::{Connection, LocalRegion};
 
 use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
-use super::creds::become_user;
+use super::super::seal::Sealer;
+use super::creds::{become_user, privileged_xattr};
 use super::resolve::{cstr, last_errno, Errno};
+use super::trust::{Grant, Principal};
 use super::ServerShared;
 
 /// A staging buffer registered on one connection: the source of
@@ -36,6 +38,12 @@ pub(crate) struct Session {
     /// (`ServeConfig::send_from_file`), cleared on the transport's first
     /// `Unsupported` (verbs stages them).
     sends_from_files: AtomicBool,
+    /// This connection's number (owner of the capabilities it grants).
+    id: u64,
+    /// Who the connection speaks for.
+    who: Principal,
+    /// Tags every message sent on this connection.
+    seal: Sealer,
 }
 
 impl Session {
@@ -47,7 +55,58 @@ impl Session {
             staging: Mutex::new(Vec::new()),
             large_staging: Mutex::new(Vec::new()),
             sends_from_files: AtomicBool::new(send_from_file),
+            id: 0,
+            who: Principal::Host { token: false },
+            seal: Sealer::new(None),
         }
+    }
+
+    /// The same session for connection `id`, authenticated as `who`, its
+    /// messages tagged by `seal`.
+    pub(crate) fn with_trust(self, id: u64, who: Principal, seal: Sealer) -> Session {
+        Session {
+            id,
+            who,
+            seal,
+            ..self
+        }
+    }
+
+    /// Sends one message (a reply) on this connection, authenticated.
+    pub(crate) fn send(&self, msg: Vec<u8>) -> hipfs_rdma::Result<()> {
+        self.seal.send(self.conn.as_ref(), msg)
+    }
+
+    /// A request on a file-capability connection: only the granted file,
+    /// in its mode. `Some(answer)` when handled (or refused) here.
+    fn handle_granted(&self, g: &Arc<Grant>, op: &Op) -> Option<Result<Payload, Errno>> {
+        if g.is_revoked() {
+            return Some(Err(libc::EBADF));
+        }
+        Some(match op {
+            Op::Open { flags, .. } => {
+                let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                if (wants_write && !g.write) || flags & (libc::O_TRUNC | libc::O_CREAT) != 0 {
+                    Err(libc::EACCES)
+                } else {
+                    // The path is not looked at: the capability names the file.
+                    let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                    self.files
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(fh, g.fd.clone());
+                    Ok(Payload::Opened { fh })
+                }
+            }
+            Op::Write { .. } if !g.write => Err(libc::EBADF),
+            Op::Getattr { fh: Some(_), .. }
+            | Op::Read { .. }
+            | Op::Write { .. }
+            | Op::Fsync { .. }
+            | Op::Flush { .. }
+            | Op::Release { .. } => return None,
+            _ => Err(libc::EPERM),
+        })
     }
 
     fn file(&self, fh: u64) -> Result<Arc<OwnedFd>, Errno> {
@@ -105,10 +164,38 @@ impl Session {
         if shared.read_only && req.op.mutates() {
             return Err(libc::EROFS);
         }
-        let cred: WireCred = shared.policy.apply(&req.cred);
+        let cred: WireCred = shared.policy.authorize(&req.cred, &self.who)?;
+        if let Principal::File(g) = &self.who {
+            if let Some(answer) = self.handle_granted(g, &req.op) {
+                return answer;
+            }
+        }
         become_user(&cred)?;
         let ex = &shared.export;
         match &req.op {
+            Op::Setxattr { name, .. } | Op::Removexattr { name, .. }
+                if cred.uid != 0 && privileged_xattr(name) =>
+            {
+                Err(libc::EPERM)
+            }
+            Op::GrantFile { fh, write } => {
+                if matches!(self.who, Principal::File(_)) {
+                    return Err(libc::EPERM);
+                }
+                let f = self.file(*fh)?;
+                // Write access only if the file was opened for writing.
+                let mode = rustix::fs::fcntl_getfl(f.as_fd()).map_err(|e| e.raw_os_error())?
+                    & rustix::fs::OFlags::ACCMODE;
+                let write = *write && mode != rustix::fs::OFlags::RDONLY;
+                shared
+                    .grants
+                    .grant(self.id, *fh, f, write, cred.clone())
+                    .map(|secret| Payload::Bytes(secret.to_vec()))
+                    .map_err(|e| {
+                        log::warn!("cannot grant a file capability: {e}");
+                        libc::ENOMEM
+                    })
+            }
             Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
             Op::Getattr { path, fh } => match fh {
                 Some(fh) => ex
@@ -144,6 +231,8 @@ impl Session {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(fh);
+                // The direct-path capabilities of this open end with it.
+                shared.grants.revoke(self.id, Some(*fh));
                 Ok(Payload::Empty)
             }
             Op::Read {
