@@ -48,17 +48,23 @@ impl Sealer {
     }
 
     /// Tags `msg` with the next sequence number and sends it on `conn`.
-    pub fn send(&self, conn: &dyn Connection, mut msg: Vec<u8>) -> hipfs_rdma::Result<()> {
-        let Some(key) = &self.key else {
-            return conn.send(&msg);
-        };
+    pub fn send(&self, conn: &dyn Connection, msg: Vec<u8>) -> hipfs_rdma::Result<()> {
         // Held across the send: the transport queues messages in the order
         // `send` is called, which must be the order of the numbers.
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        let t = tag(key, *next, &msg);
-        msg.extend_from_slice(&t);
+        let msg = self.seal_as(*next, msg);
         *next += 1;
         conn.send(&msg)
+    }
+
+    /// `msg` tagged as message number `seq` (what [`Sealer::send`] sends;
+    /// for tests that play a man in the middle).
+    pub fn seal_as(&self, seq: u64, mut msg: Vec<u8>) -> Vec<u8> {
+        if let Some(key) = &self.key {
+            let t = tag(key, seq, &msg);
+            msg.extend_from_slice(&t);
+        }
+        msg
     }
 }
 

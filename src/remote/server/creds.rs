@@ -217,6 +217,31 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_acting_for_a_user_has_no_effective_capabilities_and_gets_them_back_for_root() {
+        use rustix::thread::capabilities;
+        // SAFETY: plain query.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root");
+            return;
+        }
+        // A thread of its own: credentials and capabilities are per thread.
+        std::thread::spawn(|| {
+            let full = capabilities(None).unwrap();
+            let user = WireCred {
+                uid: 4242,
+                gid: 4242,
+                groups: vec![],
+            };
+            become_user(&user).unwrap();
+            assert!(capabilities(None).unwrap().effective.is_empty());
+            become_user(&WireCred::default()).unwrap();
+            assert_eq!(capabilities(None).unwrap().effective, full.permitted);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn token_hosts_are_squashed_by_default_and_users_may_claim_only_themselves() {
         let root = WireCred {
             uid: 0,
