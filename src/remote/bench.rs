@@ -234,17 +234,17 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
             ratio: if d > 0.0 { f / d } else { 0.0 },
         },
         MountBenchRow {
-            path: "remote client directly, messages not authenticated".into(),
+            path: "client directly, no message MAC".into(),
             gib_per_s: m0,
             ratio: if d > 0.0 { m0 / d } else { 0.0 },
         },
         MountBenchRow {
-            path: "remote client, data inline in authenticated replies".into(),
+            path: "client, data inline in MAC'd replies".into(),
             gib_per_s: m1,
             ratio: if d > 0.0 { m1 / d } else { 0.0 },
         },
         MountBenchRow {
-            path: "remote client, data inline, replies not authenticated".into(),
+            path: "client, data inline, no MAC".into(),
             gib_per_s: m2,
             ratio: if d > 0.0 { m2 / d } else { 0.0 },
         },
