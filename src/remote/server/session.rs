@@ -56,7 +56,12 @@ impl Session {
             large_staging: Mutex::new(Vec::new()),
             sends_from_files: AtomicBool::new(send_from_file),
             id: 0,
-            who: Principal::Host { token: false },
+            // Least privilege until `with_trust` says who it is.
+            who: Principal::User(WireCred {
+                uid: super::NOBODY,
+                gid: super::NOBODY,
+                groups: Vec::new(),
+            }),
             seal: Sealer::new(None),
         }
     }
