@@ -59,7 +59,9 @@ pub struct ServeArgs {
     /// Send placed reads straight from the file with sendfile(2) (TCP)
     /// instead of through registered staging memory: one copy less on the
     /// server; on loopback it was slower on 2 CPUs and faster on 16
-    /// (compare with `hipfs bench userspace --sendfile`).
+    /// (compare with `hipfs bench userspace --sendfile`). Only for clients
+    /// without message authentication (HIPFS_UNAUTHENTICATED_MESSAGES=1):
+    /// authenticated TCP connections hash placed bytes, so they stage.
     #[arg(long)]
     pub sendfile: bool,
 }

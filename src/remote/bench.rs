@@ -123,8 +123,15 @@ fn read_via_client(
                 },
             )
             .map_err(proto)?;
-        let Payload::Read { n, data } = p else {
-            return Err(RemoteError::Config("unexpected reply to read".into()));
+        let (n, data) = match p {
+            Payload::Read { n, data } => (n, data),
+            Payload::Placed { n, digest } => {
+                client
+                    .check_placed(buf.bytes(n as usize), &digest)
+                    .map_err(proto)?;
+                (n, Vec::new())
+            }
+            _ => return Err(RemoteError::Config("unexpected reply to read".into())),
         };
         if n == 0 {
             break;

@@ -11,8 +11,8 @@
 //! message is tagged with is the order in which it enters the transport.
 //!
 //! Bytes a server places in a client's memory (`write_remote`) are not
-//! control messages and are not covered; `docs/SECURITY.md` says what that
-//! means.
+//! control messages; over TCP the authenticated reply carries their hash
+//! ([`placed_digest`]), over verbs nothing (`docs/SECURITY.md`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -31,6 +31,14 @@ fn tag(key: &[u8; 32], seq: u64, body: &[u8]) -> [u8; TAG_LEN] {
     out
 }
 
+/// The hash a server sends with bytes it placed in a client's memory over
+/// an authenticated TCP connection (`Payload::Placed`), and the client
+/// checks them against. A plain hash is enough: the reply carrying it is
+/// authenticated.
+pub fn placed_digest(bytes: &[u8]) -> [u8; 32] {
+    *blake3::hash(bytes).as_bytes()
+}
+
 /// The sending half: tags and sends, one message at a time.
 pub struct Sealer {
     /// `None`: authentication was turned off for this connection (only
@@ -45,6 +53,11 @@ impl Sealer {
             key,
             next: Mutex::new(0),
         }
+    }
+
+    /// Whether messages are authenticated on this connection.
+    pub fn is_on(&self) -> bool {
+        self.key.is_some()
     }
 
     /// Tags `msg` with the next sequence number and sends it on `conn`.

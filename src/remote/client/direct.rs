@@ -234,6 +234,17 @@ impl RemoteFile {
                 }
                 Ok((n as usize).min(len))
             }
+            Payload::Placed { n, digest } => {
+                let n = n as usize;
+                if n > len {
+                    return Err(libc::EIO);
+                }
+                // SAFETY: [ptr, ptr+len) is the caller's buffer, valid for
+                // this call; the transport placed the bytes before the reply.
+                let placed = unsafe { std::slice::from_raw_parts(ptr as *const u8, n) };
+                self.client.check_placed(placed, &digest)?;
+                Ok(n)
+            }
             _ => Err(libc::EIO),
         }
     }
@@ -570,6 +581,20 @@ mod tests {
         let mut cc = ClientConfig::new(addr);
         cc.transport = TransportKind::Tcp;
         shared_client(cc).unwrap()
+    }
+
+    #[test]
+    fn placed_bytes_that_do_not_match_their_authenticated_hash_fail_and_drop_the_link() {
+        let (_export, server) = tcp_server();
+        let mut cc = ClientConfig::new(server.local_addr());
+        cc.transport = TransportKind::Tcp;
+        let client = RemoteClient::connect(cc).unwrap();
+        let link = client.link().unwrap();
+        let good = crate::remote::seal::placed_digest(b"placed");
+        assert_eq!(client.check_placed(b"placed", &good), Ok(()));
+        assert!(!link.is_dead());
+        assert_eq!(client.check_placed(b"plaCed", &good), Err(libc::EIO));
+        assert!(link.is_dead(), "an altered stream is not used again");
     }
 
     #[test]

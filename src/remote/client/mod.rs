@@ -318,6 +318,24 @@ impl RemoteClient {
         }
     }
 
+    /// Checks bytes a server placed in our memory against the hash its
+    /// authenticated reply carries (`Payload::Placed`). On a mismatch the
+    /// stream was altered: the link is dropped (the next call reconnects)
+    /// and the caller answers EIO.
+    pub(crate) fn check_placed(&self, bytes: &[u8], digest: &[u8; 32]) -> Result<(), i32> {
+        if super::seal::placed_digest(bytes) == *digest {
+            return Ok(());
+        }
+        log::warn!(
+            "{}: placed read data does not match its authenticated hash; dropping the connection",
+            self.cfg.server
+        );
+        if let Some(l) = self.current() {
+            l.kill();
+        }
+        Err(libc::EIO)
+    }
+
     /// One line of counters: requests, failures, reconnects.
     pub fn counters_line(&self) -> String {
         let c = &self.counters;

@@ -57,7 +57,10 @@ pub struct ServeConfig {
     /// Off by default: measured both ways on loopback (25-45% slower on a
     /// 2-core machine, 30% faster in one 16-CPU sweep; compare with
     /// `hipfs bench userspace --sendfile`); it saves the server a copy
-    /// where the peer is another host. Verbs always stages.
+    /// where the peer is another host. Verbs always stages, and so do
+    /// authenticated TCP connections, which hash what they place (see
+    /// docs/SECURITY.md): it applies only to connections without message
+    /// authentication.
     pub send_from_file: bool,
     /// The Unix socket local clients get tickets from; `None`:
     /// `/run/hipfs/serve-PORT.sock` (see `docs/SECURITY.md`).

@@ -44,6 +44,10 @@ pub(crate) struct Session {
     who: Principal,
     /// Tags every message sent on this connection.
     seal: Sealer,
+    /// Placed reads carry the hash of their bytes (authenticated TCP
+    /// connections: the bytes travel outside the tagged messages; verbs
+    /// is as trusted as the fabric).
+    digests: bool,
 }
 
 impl Session {
@@ -63,16 +67,19 @@ impl Session {
                 groups: Vec::new(),
             }),
             seal: Sealer::new(None),
+            digests: false,
         }
     }
 
     /// The same session for connection `id`, authenticated as `who`, its
     /// messages tagged by `seal`.
     pub(crate) fn with_trust(self, id: u64, who: Principal, seal: Sealer) -> Session {
+        let digests = seal.is_on() && self.conn.kind() == hipfs_rdma::TransportKind::Tcp;
         Session {
             id,
             who,
             seal,
+            digests,
             ..self
         }
     }
@@ -308,7 +315,9 @@ impl Session {
                 Ok(Payload::Read { n: n as u32, data })
             }
             Some(d) => {
-                if self.sends_from_files.load(Ordering::Relaxed) {
+                // sendfile never shows this side the bytes, so it cannot
+                // hash them: authenticated TCP connections stage.
+                if !self.digests && self.sends_from_files.load(Ordering::Relaxed) {
                     match self.read_from_file(&f, offset, len, d) {
                         Ok(n) => {
                             return Ok(Payload::Read {
@@ -339,11 +348,21 @@ impl Session {
                     }
                     Ok(n)
                 });
+                let digest = match &result {
+                    Ok(n) if self.digests => Some(super::super::seal::placed_digest(&buf[..*n])),
+                    _ => None,
+                };
                 self.put_staging(staging);
                 let n = result?;
-                Ok(Payload::Read {
-                    n: n as u32,
-                    data: Vec::new(),
+                Ok(match digest {
+                    Some(digest) => Payload::Placed {
+                        n: n as u32,
+                        digest,
+                    },
+                    None => Payload::Read {
+                        n: n as u32,
+                        data: Vec::new(),
+                    },
                 })
             }
         }

@@ -239,6 +239,19 @@ impl RemoteFs {
                     .fetch_add(out.len() as u64, Ordering::Relaxed);
                 Ok(out)
             }
+            Ok(Payload::Placed { n, digest }) => {
+                let Some((link, target)) = slot else {
+                    return Err(Errno::EIO);
+                };
+                if n > size {
+                    return Err(Errno::EIO);
+                }
+                let out = target.into_data(&link, n as usize);
+                self.client.check_placed(&out, &digest).map_err(errno)?;
+                self.bytes_read
+                    .fetch_add(out.len() as u64, Ordering::Relaxed);
+                Ok(out)
+            }
             // On failure the buffer is dropped, not reused: a late placement
             // from the server must not land in another read's data.
             Ok(_) => Err(Errno::EIO),
