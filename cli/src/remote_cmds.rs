@@ -41,13 +41,25 @@ pub struct ServeArgs {
     /// Transport: auto (verbs when the host has an RDMA device, else tcp), tcp, verbs.
     #[arg(long, default_value = "auto")]
     pub transport: String,
-    /// Act as nobody (65534) for requests made by root on a client.
+    /// Act as nobody (65534) for root on every client, local root daemons
+    /// too (root of token-authenticated hosts is squashed by default).
     #[arg(long)]
     pub squash_root: bool,
+    /// Let root of token-authenticated hosts act as root on the export.
+    #[arg(long, conflicts_with = "squash_root")]
+    pub no_root_squash: bool,
+    /// The uids clients may claim, e.g. 1000-1999,0 (default: any).
+    #[arg(long, value_name = "RANGES")]
+    pub allow_uids: Option<String>,
+    /// Unix socket local clients get their tickets from (mode 0666;
+    /// default /run/hipfs/serve-PORT.sock).
+    #[arg(long, value_name = "PATH")]
+    pub local_socket: Option<PathBuf>,
     /// Act as UID:GID for every request.
     #[arg(long, value_name = "UID:GID")]
     pub map_all: Option<String>,
-    /// Allow listening on a non-loopback address without --token-file.
+    /// Allow listening on a non-loopback address without --token-file
+    /// (only local users, through the local socket, can then connect).
     #[arg(long)]
     pub insecure: bool,
     /// Worker threads (default: 4 per CPU, at least 8).
@@ -56,7 +68,9 @@ pub struct ServeArgs {
     /// Send placed reads straight from the file with sendfile(2) (TCP)
     /// instead of through registered staging memory: one copy less on the
     /// server; on loopback it was slower on 2 CPUs and faster on 16
-    /// (compare with `hipfs bench userspace --sendfile`).
+    /// (compare with `hipfs bench userspace --sendfile`). Only for clients
+    /// without message authentication (HIPFS_UNAUTHENTICATED_MESSAGES=1):
+    /// authenticated TCP connections hash placed bytes, so they stage.
     #[arg(long)]
     pub sendfile: bool,
     /// Connections open at once; more are refused with a message.
@@ -88,7 +102,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.
@@ -168,9 +182,17 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     if let Some(t) = &args.token_file {
         cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
     }
+    cfg.local_socket = args.local_socket.clone();
     cfg.policy = IdentityPolicy {
         squash_root: args.squash_root,
+        no_root_squash: args.no_root_squash,
         map_all: args.map_all.as_deref().map(parse_map_all).transpose()?,
+        allow_uids: args
+            .allow_uids
+            .as_deref()
+            .map(hipfs::remote::server::parse_uid_ranges)
+            .transpose()
+            .map_err(|e| RemoteError::Config(format!("--allow-uids {e}")))?,
     };
     let mut signals = term_signals()?;
     let server = Server::start(cfg)?;

@@ -60,55 +60,100 @@ impl Token {
         &self.0
     }
 
-    fn mac(&self, label: &[u8], a: &[u8], b: &[u8]) -> HmacSha256 {
+    fn mac(&self, label: &[u8], parts: &[&[u8]]) -> HmacSha256 {
         // A key of any length is valid for HMAC, so this cannot fail.
         let mut m = <HmacSha256 as Mac>::new_from_slice(&self.0)
             .unwrap_or_else(|_| unreachable!("HMAC accepts keys of any length"));
         m.update(label);
-        m.update(a);
-        m.update(b);
+        for p in parts {
+            m.update(p);
+        }
         m
     }
 
-    /// The client's proof for this pair of nonces.
-    pub fn client_proof(&self, server: &[u8; NONCE_LEN], client: &[u8; NONCE_LEN]) -> [u8; 32] {
-        self.mac(b"hipfs-v1 client", server, client)
+    /// HMAC-SHA256 of `transcript` under this secret, for `label`.
+    pub fn proof(&self, label: &[u8], transcript: &[u8]) -> [u8; 32] {
+        self.mac(label, &[transcript])
             .finalize()
             .into_bytes()
             .into()
     }
 
-    /// The server's proof (different label, so one cannot be replayed as the other).
-    pub fn server_proof(&self, server: &[u8; NONCE_LEN], client: &[u8; NONCE_LEN]) -> [u8; 32] {
-        self.mac(b"hipfs-v1 server", server, client)
-            .finalize()
-            .into_bytes()
-            .into()
+    /// Checks a proof made by [`Token::proof`] in constant time.
+    pub fn verify(&self, label: &[u8], transcript: &[u8], proof: &[u8; 32]) -> bool {
+        self.mac(label, &[transcript]).verify_slice(proof).is_ok()
     }
 
-    /// Checks a client's proof in constant time.
-    pub fn verify_client(
-        &self,
-        server: &[u8; NONCE_LEN],
-        client: &[u8; NONCE_LEN],
-        proof: &[u8; 32],
-    ) -> bool {
-        self.mac(b"hipfs-v1 client", server, client)
-            .verify_slice(proof)
-            .is_ok()
+    /// The per-direction message keys of one connection (client to
+    /// server, server to client), derived from this secret and the
+    /// handshake transcript (both nonces, the credential's kind and id).
+    /// Someone who watched the handshake but lacks the secret cannot
+    /// compute them, so a proxy cannot forge messages after it.
+    pub fn session_keys(&self, transcript: &[u8]) -> ([u8; 32], [u8; 32]) {
+        (
+            self.proof(b"hipfs-v2 key client-to-server", transcript),
+            self.proof(b"hipfs-v2 key server-to-client", transcript),
+        )
     }
+}
 
-    /// Checks the server's proof in constant time.
-    pub fn verify_server(
-        &self,
-        server: &[u8; NONCE_LEN],
-        client: &[u8; NONCE_LEN],
-        proof: &[u8; 32],
-    ) -> bool {
-        self.mac(b"hipfs-v1 server", server, client)
-            .verify_slice(proof)
-            .is_ok()
-    }
+/// Label of the client's handshake proof.
+pub const CLIENT_PROOF: &[u8] = b"hipfs-v2 client";
+/// Label of the server's handshake proof (different, so one cannot be
+/// replayed as the other).
+pub const SERVER_PROOF: &[u8] = b"hipfs-v2 server";
+
+/// What both proofs and the message keys of a connection cover: the
+/// credential's kind, the handshake flags, the credential's id and both
+/// nonces.
+pub fn transcript(
+    kind: u8,
+    flags: u8,
+    id: &[u8; 32],
+    server: &[u8; NONCE_LEN],
+    client: &[u8; NONCE_LEN],
+) -> Vec<u8> {
+    let mut t = Vec::with_capacity(2 + 32 + 2 * NONCE_LEN);
+    t.push(kind);
+    t.push(flags);
+    t.extend_from_slice(id);
+    t.extend_from_slice(server);
+    t.extend_from_slice(client);
+    t
+}
+
+/// The public name of a ticket's or file capability's secret: what the
+/// handshake carries instead of the secret itself.
+pub fn secret_id(secret: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update(b"hipfs-v2 id");
+    h.update(secret);
+    h.finalize().into()
+}
+
+/// Where a server listening on `addr` (`host:port`) takes local ticket
+/// requests unless told otherwise (`hipfs serve --local-socket`).
+pub fn default_local_socket(port: u16) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/run/hipfs/serve-{port}.sock"))
+}
+
+/// The port of `host:port` / `[v6]:port`.
+pub fn port_of(addr: &str) -> Option<u16> {
+    addr.rsplit_once(':')?.1.parse().ok()
+}
+
+/// Whether `addr`'s host is this machine's loopback.
+pub fn is_loopback(addr: &str) -> bool {
+    let host = addr
+        .rsplit_once(':')
+        .map_or(addr, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Random bytes from the kernel.
@@ -123,17 +168,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proofs_verify_only_with_the_same_token_and_nonces() {
+    fn proofs_verify_only_with_the_same_secret_and_transcript() {
         let t = Token::from_bytes(b"0123456789abcdef");
         let other = Token::from_bytes(b"0123456789abcdeX");
         let (s, c) = (random_nonce().unwrap(), random_nonce().unwrap());
-        let p = t.client_proof(&s, &c);
-        assert!(t.verify_client(&s, &c, &p));
-        assert!(!other.verify_client(&s, &c, &p));
-        assert!(!t.verify_client(&c, &s, &p));
+        let tr = transcript(1, 0, &[0; 32], &s, &c);
+        let p = t.proof(CLIENT_PROOF, &tr);
+        assert!(t.verify(CLIENT_PROOF, &tr, &p));
+        assert!(!other.verify(CLIENT_PROOF, &tr, &p));
+        assert!(!t.verify(CLIENT_PROOF, &transcript(1, 0, &[0; 32], &c, &s), &p));
+        assert!(!t.verify(CLIENT_PROOF, &transcript(1, 1, &[0; 32], &s, &c), &p));
         assert!(
-            !t.verify_server(&s, &c, &p),
+            !t.verify(SERVER_PROOF, &tr, &p),
             "client proof is not a server proof"
         );
+        let (a, b) = t.session_keys(&tr);
+        assert_ne!(a, b);
     }
 }

@@ -20,6 +20,7 @@ mod error;
 pub mod mount;
 mod placed_read;
 pub mod proto;
+pub mod seal;
 pub mod server;
 
 pub use error::RemoteError;

@@ -23,6 +23,9 @@ pub struct MountOptions {
     pub allow_other: bool,
     /// File holding the token.
     pub token_file: Option<PathBuf>,
+    /// The server's local ticket socket (`local_socket=PATH`); `None`: the
+    /// default one for a loopback server.
+    pub local_socket: Option<PathBuf>,
     /// How long the kernel caches attributes.
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names.
@@ -48,6 +51,7 @@ impl Default for MountOptions {
             read_only: false,
             allow_other: false,
             token_file: None,
+            local_socket: None,
             attr_timeout: None,
             entry_timeout: None,
             direct_io: false,
@@ -118,6 +122,7 @@ impl MountOptions {
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
+                "local_socket" => o.local_socket = Some(PathBuf::from(need(v)?)),
                 "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
                 "entry_timeout" => o.entry_timeout = Some(secs(k, &need(v)?)?),
                 "timeout" => o.timeout = secs(k, &need(v)?)?.max(Duration::from_millis(100)),
@@ -147,7 +152,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -163,6 +168,9 @@ impl MountOptions {
         if let Some(t) = &self.token_file {
             c.token = Some(Token::from_file(t)?);
             c.token_file = Some(t.canonicalize().unwrap_or_else(|_| t.clone()));
+        }
+        if let Some(p) = &self.local_socket {
+            c.local_ticket = super::client::LocalTicket::At(p.clone());
         }
         Ok(c)
     }
@@ -235,7 +243,7 @@ pub fn mount_remote(
 }
 
 /// Serves `dir` on a loopback port inside this process (with a fresh random
-/// token) and mounts it on `mountpoint`.
+/// token that only this process holds) and mounts it on `mountpoint`.
 pub fn mount_local(
     dir: &Path,
     mountpoint: &Path,
@@ -244,15 +252,15 @@ pub fn mount_local(
     let token = Token::from_bytes(hex_token(&super::auth::random_nonce()?).as_bytes());
     let mut scfg = ServeConfig::new(dir, "127.0.0.1:0");
     scfg.token = Some(token.clone());
+    // The token never leaves this process: its only holder is this mount
+    // daemon, on this host, so its root is not squashed.
+    scfg.policy.no_root_squash = true;
     scfg.read_only = opts.read_only;
     scfg.transport = TransportKind::Tcp;
     let server = Server::start(scfg)?;
     let mut ccfg = opts.client_config(server.local_addr())?;
     ccfg.token = Some(token.clone());
     ccfg.transport = TransportKind::Tcp;
-    // UserspaceFs users of this mount authenticate with the same token:
-    // leave it where only root (or the mounting user) can read it.
-    ccfg.token_file = write_local_token(&token, server.local_addr()).ok();
     let client = RemoteClient::connect(ccfg)?;
     let fs_name = format!("local:{}", dir.display());
     let cfg = opts.mount_config(mountpoint, &fs_name, false);
@@ -269,31 +277,6 @@ pub fn mount_local(
 
 fn hex_token(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Writes the token of a `--local` mount to a 0600 file under /run/hipfs
-/// (or the temp dir) for the UserspaceFs path of processes of the same user.
-fn write_local_token(token: &Token, addr: &str) -> Result<PathBuf, RemoteError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = if Path::new("/run").is_dir() && std::fs::create_dir_all("/run/hipfs").is_ok() {
-        PathBuf::from("/run/hipfs")
-    } else {
-        std::env::temp_dir()
-    };
-    let path = dir.join(format!(
-        "local-{}-{}.token",
-        std::process::id(),
-        addr.replace([':', '.', '[', ']'], "_")
-    ));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)?;
-    f.write_all(token.expose())?;
-    Ok(path)
 }
 
 #[cfg(test)]

@@ -39,6 +39,13 @@ impl RemoteClient {
         );
         let out = match reply {
             Ok(Payload::Read { n, .. }) => Ok(f(buf.bytes(n as usize))),
+            // An authenticated TCP link: the reply carries the placed bytes' hash.
+            Ok(Payload::Placed { n, digest }) => {
+                match self.check_placed(buf.bytes(n as usize), &digest) {
+                    Ok(()) => Ok(f(buf.bytes(n as usize))),
+                    Err(e) => Err(RemoteError::Io(std::io::Error::from_raw_os_error(e))),
+                }
+            }
             Ok(_) => Err(RemoteError::Config("unexpected reply to read".into())),
             Err(e) => Err(RemoteError::Io(std::io::Error::from_raw_os_error(e))),
         };

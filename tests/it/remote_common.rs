@@ -127,23 +127,114 @@ pub fn close(fd: i32) {
 
 pub use crate::common::pattern;
 
-/// A raw protocol connection that has passed the handshake (no token), for
-/// sending hand-made messages.
-pub fn raw_connection(addr: &str) -> Box<dyn hipfs_rdma::Connection> {
-    use hipfs::remote::proto::{Challenge, Hello, Proof, Welcome};
-    let cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
-    let conn = hipfs_rdma::connect(addr, &cfg).unwrap();
+/// A raw protocol connection past the handshake, for sending hand-made
+/// messages: it tags what it sends and checks what it receives as a real
+/// client does (see `hipfs::remote::seal`).
+pub struct RawConn {
+    pub conn: Box<dyn hipfs_rdma::Connection>,
+    pub seal: hipfs::remote::seal::Sealer,
+    pub open: hipfs::remote::seal::Opener,
+}
+
+impl AsRef<RawConn> for RawConn {
+    fn as_ref(&self) -> &RawConn {
+        self
+    }
+}
+
+impl RawConn {
+    pub fn send(&self, msg: &[u8]) -> hipfs_rdma::Result<()> {
+        self.seal.send(self.conn.as_ref(), msg.to_vec())
+    }
+
+    /// The next message, its tag checked.
+    pub fn recv(&self, t: Duration) -> hipfs_rdma::Result<Vec<u8>> {
+        let m = self.conn.recv(t)?;
+        self.open
+            .open(m)
+            .map_err(|e| hipfs_rdma::Error::Protocol(e.to_string()))
+    }
+}
+
+/// What a raw client authenticates with.
+pub enum RawCred<'a> {
+    /// A ticket from this local socket.
+    Ticket(&'a Path),
+    Token(&'a [u8]),
+    FileCap([u8; 32]),
+}
+
+/// The handshake by hand: `Ok` with the connection, or the server's
+/// refusal (or other failure) as text.
+pub fn raw_handshake(addr: &str, cred: RawCred<'_>) -> Result<RawConn, String> {
+    let lanes = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp).lanes;
+    raw_handshake_lanes(addr, cred, lanes)
+}
+
+/// [`raw_handshake`] over `lanes` TCP streams. A refusal that comes before
+/// the challenge (e.g. the server's connection limit) is returned too.
+pub fn raw_handshake_lanes(addr: &str, cred: RawCred<'_>, lanes: usize) -> Result<RawConn, String> {
+    use hipfs::remote::auth::{secret_id, transcript, Token, CLIENT_PROOF};
+    use hipfs::remote::proto::{Challenge, CredKind, Hello, Kind, Proof, Refused, Welcome};
+    use hipfs::remote::seal::{Opener, Sealer};
+    let mut cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
+    cfg.lanes = lanes;
+    let conn = hipfs_rdma::connect(addr, &cfg).map_err(|e| e.to_string())?;
     let t = Duration::from_secs(5);
-    conn.send(&Hello::new([7u8; 32]).encode()).unwrap();
-    let ch = Challenge::decode(&conn.recv(t).unwrap()).unwrap();
-    assert!(!ch.auth_required);
-    conn.send(&Proof { mac: [0u8; 32] }.encode()).unwrap();
-    Welcome::decode(&conn.recv(t).unwrap()).unwrap();
-    conn
+    let nonce = [7u8; 32];
+    conn.send(&Hello::new(nonce).encode())
+        .map_err(|e| e.to_string())?;
+    let first = conn.recv(t).map_err(|e| e.to_string())?;
+    if Kind::of(&first) == Ok(Kind::Refused) {
+        return Err(Refused::decode(&first).map_err(|e| e.to_string())?.reason);
+    }
+    let ch = Challenge::decode(&first).map_err(|e| e.to_string())?;
+    let (kind, id, secret) = match cred {
+        RawCred::Ticket(p) => {
+            let s = hipfs::remote::server::fetch_ticket(p).map_err(|e| e.to_string())?;
+            (CredKind::Ticket, secret_id(&s), Token::from_bytes(&s))
+        }
+        RawCred::Token(t) => (CredKind::Token, [0; 32], Token::from_bytes(t)),
+        RawCred::FileCap(c) => (CredKind::FileCap, secret_id(&c), Token::from_bytes(&c)),
+    };
+    let tr = transcript(kind as u8, 0, &id, &ch.nonce, &nonce);
+    conn.send(
+        &Proof {
+            kind,
+            flags: 0,
+            id,
+            mac: secret.proof(CLIENT_PROOF, &tr),
+        }
+        .encode(),
+    )
+    .map_err(|e| e.to_string())?;
+    let m = conn.recv(t).map_err(|e| e.to_string())?;
+    if Kind::of(&m) == Ok(Kind::Refused) {
+        return Err(Refused::decode(&m).map_err(|e| e.to_string())?.reason);
+    }
+    Welcome::decode(&m).map_err(|e| e.to_string())?;
+    let (c2s, s2c) = secret.session_keys(&tr);
+    Ok(RawConn {
+        conn,
+        seal: Sealer::new(Some(c2s)),
+        open: Opener::new(Some(s2c)),
+    })
+}
+
+/// The default local ticket socket of a server on `addr`.
+pub fn local_socket_of(addr: &str) -> PathBuf {
+    let port = hipfs::remote::auth::port_of(addr).unwrap();
+    hipfs::remote::auth::default_local_socket(port)
+}
+
+/// A raw protocol connection that has passed the handshake with a local
+/// ticket (as this process's user), for sending hand-made messages.
+pub fn raw_connection(addr: &str) -> RawConn {
+    raw_handshake(addr, RawCred::Ticket(&local_socket_of(addr))).unwrap()
 }
 
 /// Sends one raw message and decodes the reply.
-pub fn raw_call(conn: &dyn hipfs_rdma::Connection, msg: &[u8]) -> hipfs::remote::proto::Reply {
+pub fn raw_call(conn: &RawConn, msg: &[u8]) -> hipfs::remote::proto::Reply {
     conn.send(msg).unwrap();
     hipfs::remote::proto::Reply::decode(&conn.recv(Duration::from_secs(5)).unwrap()).unwrap()
 }

@@ -85,7 +85,14 @@ fn read_via_mount(path: &Path) -> Result<(u64, u64, f64), RemoteError> {
 
 /// The same reads through the client: one request in flight, as FUSE does
 /// for a single sequential reader without readahead.
-fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64), RemoteError> {
+/// Reads `name` in 1 MiB requests: placed in a registered buffer, or
+/// (`inline`) carried in the replies, so that the replies' message
+/// authentication covers every byte.
+fn read_via_client(
+    client: &RemoteClient,
+    name: &[u8],
+    inline: bool,
+) -> Result<(u64, u64, f64), RemoteError> {
     let cred = WireCred::default();
     let proto = |e: i32| RemoteError::Io(std::io::Error::from_raw_os_error(e));
     let fh = match client
@@ -106,12 +113,33 @@ fn read_via_client(client: &RemoteClient, name: &[u8]) -> Result<(u64, u64, f64)
     loop {
         // The checksum of an empty read would still change `sum`: only
         // bytes that arrived count, as in the mount's loop.
-        let n = client.read_placed(&cred, fh, total, MAX_IO as u32, |bytes| {
-            if !bytes.is_empty() {
-                sum = fnv(sum, bytes);
+        let n = if inline {
+            let p = client
+                .call(
+                    &cred,
+                    Op::Read {
+                        fh,
+                        offset: total,
+                        len: MAX_IO as u32,
+                        dest: None,
+                    },
+                )
+                .map_err(proto)?;
+            let Payload::Read { n, data } = p else {
+                return Err(RemoteError::Config("unexpected reply to read".into()));
+            };
+            if n > 0 {
+                sum = fnv(sum, &data[..n as usize]);
             }
-            bytes.len()
-        })?;
+            n as usize
+        } else {
+            client.read_placed(&cred, fh, total, MAX_IO as u32, |bytes| {
+                if !bytes.is_empty() {
+                    sum = fnv(sum, bytes);
+                }
+                bytes.len()
+            })?
+        };
         if n == 0 {
             break;
         }
@@ -163,19 +191,35 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
     let size = std::fs::metadata(&file)?.len();
     let server = Server::start(ServeConfig {
         send_from_file: opts.server_sendfile,
+        // Only so that the rows below can show what authentication costs;
+        // the other clients authenticate every message as always.
+        allow_unauthenticated_messages: true,
         ..ServeConfig::new(&dir, "127.0.0.1:0")
     })?;
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let client = RemoteClient::connect(ClientConfig::new(server.local_addr()))?;
+    let bare = RemoteClient::connect(ClientConfig {
+        unauthenticated_messages: true,
+        ..ClientConfig::new(server.local_addr())
+    })?;
     let via_mount = mnt.join(std::ffi::OsStr::from_bytes_compat(&name));
     let mut direct = Vec::new();
     let mut fuse = Vec::new();
+    // [placed without MAC, inline with MAC, inline without MAC]
+    let mut mac_rows: [Vec<f64>; 3] = Default::default();
     let mut expect = None;
+    let gib = |t: f64| size as f64 / t / (1u64 << 30) as f64;
     for i in 0..=opts.repeats.max(1) {
-        let (n1, s1, t1) = read_via_client(&client, &name)?;
+        let (n1, s1, t1) = read_via_client(&client, &name, false)?;
         let (n2, s2, t2) = read_via_mount(&via_mount)?;
-        if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+        let others = [
+            read_via_client(&bare, &name, false)?,
+            read_via_client(&client, &name, true)?,
+            read_via_client(&bare, &name, true)?,
+        ];
+        let others_ok = others.iter().all(|&(n, s, _)| n == size && s == s1);
+        if n1 != size || n2 != size || s1 != s2 || !others_ok || expect.is_some_and(|e| e != s1) {
             return Err(RemoteError::Config(format!(
                 "data mismatch: client read {n1} bytes (sum {s1:x}), mount {n2} (sum {s2:x}), file has {size}"
             )));
@@ -183,15 +227,20 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
         expect = Some(s1);
         if i > 0 {
             // The first round warms the server's page cache.
-            direct.push(size as f64 / t1 / (1u64 << 30) as f64);
-            fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+            direct.push(gib(t1));
+            fuse.push(gib(t2));
+            for (row, (_, _, t)) in mac_rows.iter_mut().zip(others) {
+                row.push(gib(t));
+            }
         }
     }
+    drop(bare);
     mounted.unmount()?;
     server.shutdown(Duration::from_secs(2));
     let _ = std::fs::remove_dir(&mnt);
     let d = median(direct);
     let f = median(fuse);
+    let [m0, m1, m2] = mac_rows.map(median);
     Ok(vec![
         MountBenchRow {
             path: "remote client directly, 1 MiB sequential".into(),
@@ -202,6 +251,21 @@ pub fn bench_mount(opts: &MountBenchOptions) -> Result<Vec<MountBenchRow>, Remot
             path: "through the FUSE mount, 1 MiB read(2)".into(),
             gib_per_s: f,
             ratio: if d > 0.0 { f / d } else { 0.0 },
+        },
+        MountBenchRow {
+            path: "client directly, no message MAC".into(),
+            gib_per_s: m0,
+            ratio: if d > 0.0 { m0 / d } else { 0.0 },
+        },
+        MountBenchRow {
+            path: "client, data inline in MAC'd replies".into(),
+            gib_per_s: m1,
+            ratio: if d > 0.0 { m1 / d } else { 0.0 },
+        },
+        MountBenchRow {
+            path: "client, data inline, no MAC".into(),
+            gib_per_s: m2,
+            ratio: if d > 0.0 { m2 / d } else { 0.0 },
         },
     ])
 }

@@ -180,6 +180,8 @@ fn a_wrong_or_missing_token_is_refused_with_a_clear_message() {
     assert!(matches!(err, RemoteError::Refused(_)), "{err}");
     assert!(err.to_string().contains("wrong token"), "{err}");
     c.token = None;
+    // Without a token only the local ticket is left; without that too:
+    c.local_ticket = hipfs::remote::client::LocalTicket::Never;
     let err = RemoteClient::connect(c.clone()).unwrap_err();
     assert!(err.to_string().contains("requires a token"), "{err}");
     c.token = Some(Token::from_bytes(b"the right token, 32 bytes long!!"));
@@ -561,7 +563,7 @@ fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_ar
     let mut mem = vec![0u8; MAX_PLACED_READ + 8192];
     // SAFETY: `mem` outlives the region (dropped at the end of the test) and
     // is only read after the server's reply.
-    let region = unsafe { conn.register(mem.as_mut_ptr(), mem.len()) }.unwrap();
+    let region = unsafe { conn.conn.register(mem.as_mut_ptr(), mem.len()) }.unwrap();
     let dest = Some(ReadDest {
         region: region.descriptor(),
         offset: 4096,
@@ -573,11 +575,13 @@ fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_ar
         dest,
     };
     let r = raw_call(conn.as_ref(), &req(2, op));
+    // On an authenticated TCP connection the reply carries the placed
+    // bytes' hash.
     assert_eq!(
         r.result,
-        Ok(Payload::Read {
+        Ok(Payload::Placed {
             n: MAX_PLACED_READ as u32,
-            data: vec![]
+            digest: hipfs::remote::seal::placed_digest(&data[100..100 + MAX_PLACED_READ])
         })
     );
     assert!(mem[4096..4096 + MAX_PLACED_READ] == data[100..100 + MAX_PLACED_READ]);

@@ -11,14 +11,12 @@ use std::fs;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::remote_common::{raw_call, raw_connection, Fixture};
-use crate::serve::{spawn_server, ServerProcess};
-use hipfs::remote::proto::{
-    Challenge, Hello, Kind, Op, Payload, Proof, ReadDest, Refused, Reply, Request, Welcome,
-    WireCred,
+use crate::remote_common::{
+    local_socket_of, raw_call, raw_connection, raw_handshake_lanes, Fixture, RawConn, RawCred,
 };
+use crate::serve::{spawn_server, ServerProcess};
+use hipfs::remote::proto::{Op, Payload, ReadDest, Reply, Request, WireCred};
 use hipfs::remote::server::{ServeConfig, Server};
-use hipfs_rdma::Connection;
 
 fn req(id: u64, op: Op) -> Vec<u8> {
     Request {
@@ -51,24 +49,14 @@ fn within<T: Send + 'static>(
         .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
 }
 
-/// A handshaken raw connection with `lanes` TCP streams, or the refusal.
-fn try_raw(addr: &str, lanes: usize) -> Result<Box<dyn Connection>, String> {
-    let mut cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
-    cfg.lanes = lanes;
-    let conn = hipfs_rdma::connect(addr, &cfg).map_err(|e| e.to_string())?;
-    let t = Duration::from_secs(5);
-    conn.send(&Hello::new([7u8; 32]).encode()).unwrap();
-    let msg = conn.recv(t).map_err(|e| e.to_string())?;
-    if Kind::of(&msg) == Ok(Kind::Refused) {
-        return Err(Refused::decode(&msg).unwrap().reason);
-    }
-    Challenge::decode(&msg).unwrap();
-    conn.send(&Proof { mac: [0u8; 32] }.encode()).unwrap();
-    Welcome::decode(&conn.recv(t).unwrap()).unwrap();
-    Ok(conn)
+/// A handshaken raw connection (a local ticket) with `lanes` TCP streams,
+/// or the refusal.
+fn try_raw(addr: &str, lanes: usize) -> Result<RawConn, String> {
+    let sock = local_socket_of(addr);
+    raw_handshake_lanes(addr, RawCred::Ticket(&sock), lanes)
 }
 
-fn open_fh(conn: &dyn Connection, id: u64, path: &str) -> Result<u64, i32> {
+fn open_fh(conn: &RawConn, id: u64, path: &str) -> Result<u64, i32> {
     match raw_call(
         conn,
         &req(
@@ -195,9 +183,8 @@ fn a_client_that_takes_neither_replies_nor_placed_reads_is_dropped_within_the_ac
     // reader stops, and nothing the server sends is taken or acknowledged.
     let stuck = try_raw(&addr, 1).unwrap();
     let fh = open_fh(stuck.as_ref(), 1, "f").unwrap();
-    let mut mem = vec![0u8; 1 << 20];
-    // SAFETY: `mem` outlives the region (both live to the end of the test).
-    let region = unsafe { stuck.register(mem.as_mut_ptr(), mem.len()) }.unwrap();
+    let owned = hipfs_rdma::OwnedRegion::new(stuck.conn.as_ref(), 1 << 20).unwrap();
+    let region = owned.region().clone();
     let start = Instant::now();
     for i in 0..40u64 {
         let dest = (i % 2 == 1).then(|| ReadDest {
@@ -244,7 +231,7 @@ fn a_client_that_takes_neither_replies_nor_placed_reads_is_dropped_within_the_ac
         start.elapsed()
     );
     drop(region);
-    drop(mem);
+    drop(owned);
     server.shutdown(Duration::from_secs(1));
 }
 
@@ -386,7 +373,7 @@ fn connections_beyond_the_limit_are_refused_with_a_reason_and_a_freed_slot_is_re
         .err()
         .expect("a fourth connection was accepted");
     assert!(refused.contains("--max-connections"), "{refused}");
-    held.pop().unwrap().close();
+    held.pop().unwrap().conn.close();
     // The slot frees when the server notices the close.
     let deadline = Instant::now() + Duration::from_secs(5);
     let again = loop {

@@ -12,13 +12,12 @@
 //! in flight together.
 
 use std::os::fd::RawFd;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::TransportKind;
 
 use super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
-use super::{shared_client, ClientConfig, Link, RemoteClient};
+use super::{ClientConfig, Link, RemoteClient};
 use crate::error::{Error, OpError, Result};
 use crate::gpu::MemoryKind;
 use crate::registry::{buffer_containing, RDMA_REGISTER};
@@ -35,8 +34,14 @@ pub struct FileIdentity {
     pub path: Vec<u8>,
     /// Inode number the server reported.
     pub ino: u64,
-    /// Token file of the mount, if any.
-    pub token_file: Option<PathBuf>,
+    /// The capability for this one open file, from the server through the
+    /// mount daemon. Payloads of older mounts carried a `token_file` line
+    /// instead; it is ignored (a process never gets the host's token).
+    pub capability: Option<[u8; 32]>,
+    /// Whether the capability allows writing (the file was opened for it).
+    pub write: bool,
+    /// The mount's `timeout=` in milliseconds (0: not said).
+    pub timeout_ms: u64,
     /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
     pub transport: TransportKind,
 }
@@ -69,11 +74,11 @@ impl FileIdentity {
             hex(&self.path),
             self.transport
         );
-        if let Some(t) = &self.token_file {
-            s.push_str(&format!(
-                "token_file={}\n",
-                hex(t.as_os_str().as_encoded_bytes())
-            ));
+        if let Some(c) = &self.capability {
+            s.push_str(&format!("capability={}\nwrite={}\n", hex(c), self.write));
+        }
+        if self.timeout_ms > 0 {
+            s.push_str(&format!("timeout_ms={}\n", self.timeout_ms));
         }
         s.into_bytes()
     }
@@ -90,7 +95,9 @@ impl FileIdentity {
             export: String::new(),
             path: Vec::new(),
             ino: 0,
-            token_file: None,
+            capability: None,
+            write: false,
+            timeout_ms: 0,
             transport: TransportKind::Auto,
         };
         for l in lines {
@@ -101,10 +108,10 @@ impl FileIdentity {
                 "ino" => id.ino = v.parse().ok()?,
                 "path" => id.path = unhex(v)?,
                 "transport" => id.transport = v.parse().ok()?,
-                "token_file" => {
-                    use std::os::unix::ffi::OsStringExt;
-                    id.token_file = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
-                }
+                "capability" => id.capability = Some(unhex(v)?.try_into().ok()?),
+                "write" => id.write = v.parse().ok()?,
+                "timeout_ms" => id.timeout_ms = v.parse().ok()?,
+                // "token_file" of older mounts is deliberately not read.
                 _ => {}
             }
         }
@@ -116,6 +123,10 @@ impl FileIdentity {
 /// A file of a hipfs server opened for direct I/O.
 pub struct RemoteFile {
     client: Arc<RemoteClient>,
+    /// A duplicate of the caller's fd on the mount: keeps the mount's open
+    /// (and so the capability) alive while this handle lives, and lets a
+    /// reconnect ask the mount for a new capability.
+    _mount_fd: Option<Arc<std::os::fd::OwnedFd>>,
     id: FileIdentity,
     flags: i32,
     cred: WireCred,
@@ -151,6 +162,7 @@ impl RemoteFile {
         let cred = process_cred();
         let f = RemoteFile {
             client,
+            _mount_fd: None,
             id,
             flags: flags & (libc::O_ACCMODE | libc::O_APPEND),
             cred,
@@ -228,6 +240,17 @@ impl RemoteFile {
                     };
                 }
                 Ok((n as usize).min(len))
+            }
+            Payload::Placed { n, digest } => {
+                let n = n as usize;
+                if n > len {
+                    return Err(libc::EIO);
+                }
+                // SAFETY: [ptr, ptr+len) is the caller's buffer, valid for
+                // this call; the transport placed the bytes before the reply.
+                let placed = unsafe { std::slice::from_raw_parts(ptr as *const u8, n) };
+                self.client.check_placed(placed, &digest)?;
+                Ok(n)
             }
             _ => Err(libc::EIO),
         }
@@ -437,6 +460,9 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
     let mut cfg = ClientConfig::new(&id.server);
     cfg.transport = id.transport;
     cfg.lanes = super::userspace_lanes();
+    if id.timeout_ms > 0 {
+        cfg.timeout = std::time::Duration::from_millis(id.timeout_ms);
+    }
     // How long a direct read waits for an absent server (default 30 s).
     if let Some(secs) = std::env::var("HIPFS_REMOTE_TIMEOUT")
         .ok()
@@ -445,14 +471,31 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
     {
         cfg.timeout = std::time::Duration::from_secs_f64(secs);
     }
-    if let Some(t) = &id.token_file {
-        cfg.token = Some(super::super::auth::Token::from_file(t).map_err(Error::from)?);
-        cfg.token_file = Some(t.clone());
-    }
-    let client = shared_client(cfg).map_err(Error::from)?;
+    let Some(cap) = id.capability else {
+        return Err(Error::new(
+            OpError::IoNotSupported,
+            "hipfs mount gave no capability for the file (an older mount: remount with this release)",
+        ));
+    };
     let flags = hipfs_sys::fs::get_status_flags(fd)
         .map_err(|e| Error::system(e.raw_os_error().unwrap_or(libc::EIO), "fcntl(F_GETFL)"))?;
-    Ok(Arc::new(RemoteFile::open(client, id, flags)?))
+    let mount_fd = Arc::new(hipfs_sys::fs::dup_cloexec(fd).map_err(|e| {
+        Error::system(e.raw_os_error().unwrap_or(libc::EIO), "dup of the mount fd")
+    })?);
+    let renew_fd = mount_fd.clone();
+    let renew = move || -> Option<[u8; 32]> {
+        use std::os::fd::AsRawFd;
+        let payload = hipfs_fusefs::identify_fd(renew_fd.as_raw_fd()).ok()?;
+        FileIdentity::decode(&payload)?.capability
+    };
+    // Its own connection: the capability is the connection's credential,
+    // good for this one file only, so it cannot be shared with other files.
+    cfg.capability = Some(super::FileCapability::new(cap, Some(Arc::new(renew))));
+    let client = RemoteClient::connect(cfg).map_err(Error::from)?;
+    super::add_direct_client(&client);
+    let mut f = RemoteFile::open(client, id, flags)?;
+    f._mount_fd = Some(mount_fd);
+    Ok(Arc::new(f))
 }
 
 #[cfg(test)]
@@ -466,7 +509,9 @@ mod tests {
             export: "/srv/data".into(),
             path: b"a/b c".to_vec(),
             ino: 42,
-            token_file: Some("/etc/hipfs/token".into()),
+            capability: Some([0xab; 32]),
+            write: true,
+            timeout_ms: 2500,
             transport: TransportKind::Tcp,
         };
         assert_eq!(FileIdentity::decode(&id.encode()), Some(id.clone()));
@@ -476,6 +521,19 @@ mod tests {
         };
         assert_eq!(FileIdentity::decode(&evil.encode()), None);
         assert_eq!(FileIdentity::decode(b"garbage"), None);
+    }
+
+    #[test]
+    fn an_old_payload_with_a_token_file_gives_no_token_and_no_capability() {
+        let old = format!(
+            "hipfs-file v1\nserver=127.0.0.1:7471\nexport={}\nino=7\npath={}\ntoken_file={}\n",
+            hex(b"/srv"),
+            hex(b"f"),
+            hex(b"/etc/hipfs/token")
+        );
+        let id = FileIdentity::decode(old.as_bytes()).unwrap();
+        assert_eq!((id.capability, id.write), (None, false));
+        assert!(!String::from_utf8(id.encode()).unwrap().contains("token"));
     }
 
     #[test]
@@ -509,9 +567,24 @@ mod tests {
     }
 
     fn tcp_client(addr: &str) -> Arc<RemoteClient> {
+        use super::super::shared_client;
         let mut cc = ClientConfig::new(addr);
         cc.transport = TransportKind::Tcp;
         shared_client(cc).unwrap()
+    }
+
+    #[test]
+    fn placed_bytes_that_do_not_match_their_authenticated_hash_fail_and_drop_the_link() {
+        let (_export, server) = tcp_server();
+        let mut cc = ClientConfig::new(server.local_addr());
+        cc.transport = TransportKind::Tcp;
+        let client = RemoteClient::connect(cc).unwrap();
+        let link = client.link().unwrap();
+        let good = crate::remote::seal::placed_digest(b"placed");
+        assert_eq!(client.check_placed(b"placed", &good), Ok(()));
+        assert!(!link.is_dead());
+        assert_eq!(client.check_placed(b"plaCed", &good), Err(libc::EIO));
+        assert!(link.is_dead(), "an altered stream is not used again");
     }
 
     #[test]

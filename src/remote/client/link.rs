@@ -10,11 +10,17 @@ use std::time::Duration;
 
 use hipfs_rdma::{Connection, LocalRegion, OwnedRegion};
 
-use super::super::auth::{random_nonce, Token};
-use super::super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Welcome, MAX_IO};
-use super::super::server::transport_config;
+use super::super::auth::{
+    default_local_socket, is_loopback, port_of, random_nonce, secret_id, transcript, Token,
+    CLIENT_PROOF, SERVER_PROOF,
+};
+use super::super::proto::{
+    Challenge, CredKind, Hello, Kind, Proof, Refused, Reply, Welcome, FLAG_NO_MAC, MAX_IO,
+};
+use super::super::seal::{Opener, Sealer};
+use super::super::server::{fetch_ticket, transport_config};
 use super::super::RemoteError;
-use super::ClientConfig;
+use super::{ClientConfig, LocalTicket};
 use crate::gpu::MemoryKind;
 use crate::registry::RegisteredBuffer;
 
@@ -51,6 +57,8 @@ pub(crate) struct Link {
     pending: Mutex<HashMap<u64, SyncSender<Reply>>>,
     dead: AtomicBool,
     recv_bufs: Mutex<Vec<RecvBuf>>,
+    seal: Sealer,
+    open: Opener,
 }
 
 fn refused_or(msg: &[u8], what: RemoteError) -> RemoteError {
@@ -64,22 +72,73 @@ fn refused_or(msg: &[u8], what: RemoteError) -> RemoteError {
     }
 }
 
-fn handshake(conn: &dyn Connection, token: Option<&Token>) -> Result<Welcome, RemoteError> {
+/// The credential a client authenticates with: kind, public id, secret.
+fn credential(cfg: &ClientConfig, epoch: u64) -> Result<(CredKind, [u8; 32], Token), RemoteError> {
+    if let Some(cap) = &cfg.capability {
+        // A reconnect may find a server that no longer knows the old one.
+        let secret = cap.secret(epoch > 1);
+        return Ok((
+            CredKind::FileCap,
+            secret_id(&secret),
+            Token::from_bytes(&secret),
+        ));
+    }
+    if let Some(t) = &cfg.token {
+        return Ok((CredKind::Token, [0; 32], t.clone()));
+    }
+    let socket = match &cfg.local_ticket {
+        LocalTicket::At(p) => Some(p.clone()),
+        LocalTicket::Auto if is_loopback(&cfg.server) => {
+            port_of(&cfg.server).map(default_local_socket)
+        }
+        _ => None,
+    };
+    let Some(socket) = socket else {
+        return Err(RemoteError::Auth(format!(
+            "no credential for {}: the server requires a token (-o token_file=FILE, a copy of the server's token file), or on the server's host a local ticket (-o local_socket=PATH)",
+            cfg.server
+        )));
+    };
+    let secret = fetch_ticket(&socket).map_err(|e| {
+        RemoteError::Auth(format!(
+            "{e}; without a token the server requires a local ticket from its socket (a token: -o token_file=FILE)"
+        ))
+    })?;
+    Ok((
+        CredKind::Ticket,
+        secret_id(&secret),
+        Token::from_bytes(&secret),
+    ))
+}
+
+fn handshake(
+    conn: &dyn Connection,
+    cfg: &ClientConfig,
+    epoch: u64,
+) -> Result<(Welcome, Sealer, Opener), RemoteError> {
     let t = Duration::from_secs(10);
     let client_nonce = random_nonce()?;
     conn.send(&Hello::new(client_nonce).encode())?;
     let msg = conn.recv(t)?;
     let ch = Challenge::decode(&msg).map_err(|e| refused_or(&msg, e.into()))?;
-    let mac = match (token, ch.auth_required) {
-        (Some(tok), _) => tok.client_proof(&ch.nonce, &client_nonce),
-        (None, true) => {
-            return Err(RemoteError::Auth(
-                "the server requires a token: pass -o token_file=FILE (a copy of the server's token file)".into(),
-            ))
-        }
-        (None, false) => [0u8; 32],
+    // The ticket is fetched after the server answered, so that a server
+    // that is not there does not cost one.
+    let (kind, id, secret) = credential(cfg, epoch)?;
+    let flags = if cfg.unauthenticated_messages {
+        FLAG_NO_MAC
+    } else {
+        0
     };
-    conn.send(&Proof { mac }.encode())?;
+    let tr = transcript(kind as u8, flags, &id, &ch.nonce, &client_nonce);
+    conn.send(
+        &Proof {
+            kind,
+            flags,
+            id,
+            mac: secret.proof(CLIENT_PROOF, &tr),
+        }
+        .encode(),
+    )?;
     let msg = conn.recv(t).map_err(|e| match e {
         hipfs_rdma::Error::Disconnected(_) => RemoteError::Auth(
             "the server closed the connection after the proof (wrong token?)".into(),
@@ -87,14 +146,18 @@ fn handshake(conn: &dyn Connection, token: Option<&Token>) -> Result<Welcome, Re
         e => e.into(),
     })?;
     let w = Welcome::decode(&msg).map_err(|e| refused_or(&msg, e.into()))?;
-    if let Some(tok) = token {
-        if ch.auth_required && !tok.verify_server(&ch.nonce, &client_nonce, &w.mac) {
-            return Err(RemoteError::Auth(
-                "the server could not prove it holds the token; refusing to talk to it".into(),
-            ));
-        }
+    if !secret.verify(SERVER_PROOF, &tr, &w.mac) {
+        return Err(RemoteError::Auth(
+            "the server could not prove it holds the credential; refusing to talk to it".into(),
+        ));
     }
-    Ok(w)
+    let (c2s, s2c) = secret.session_keys(&tr);
+    let on = flags & FLAG_NO_MAC == 0;
+    Ok((
+        w,
+        Sealer::new(on.then_some(c2s)),
+        Opener::new(on.then_some(s2c)),
+    ))
 }
 
 impl Link {
@@ -106,7 +169,7 @@ impl Link {
             tcfg.lanes = cfg.lanes;
         }
         let conn: Arc<dyn Connection> = Arc::from(hipfs_rdma::connect(&cfg.server, &tcfg)?);
-        let welcome = match handshake(conn.as_ref(), cfg.token.as_ref()) {
+        let (welcome, seal, open) = match handshake(conn.as_ref(), cfg, epoch) {
             Ok(w) => w,
             Err(e) => {
                 conn.close();
@@ -120,6 +183,8 @@ impl Link {
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
             recv_bufs: Mutex::new(Vec::new()),
+            seal,
+            open,
         });
         let reader = link.clone();
         std::thread::Builder::new()
@@ -145,7 +210,12 @@ impl Link {
     fn read_replies(self: Arc<Self>) {
         loop {
             match self.conn.recv(Duration::from_secs(3600)) {
-                Ok(msg) => match Reply::decode(&msg) {
+                Ok(msg) => match self
+                    .open
+                    .open(msg)
+                    .map_err(|e| e.to_string())
+                    .and_then(|m| Reply::decode(&m).map_err(|e| e.to_string()))
+                {
                     Ok(reply) => {
                         let waiter = self
                             .pending
@@ -158,7 +228,7 @@ impl Link {
                     }
                     Err(e) => {
                         log::warn!(
-                            "malformed reply from {}: {e}; reconnecting",
+                            "bad reply from {}: {e}; reconnecting",
                             self.conn.peer_addr()
                         );
                         break;
@@ -176,7 +246,7 @@ impl Link {
 
     /// Sends `msg` as request `id`; the reply arrives on the returned channel
     /// (which closes if the link dies first).
-    pub(crate) fn send(&self, id: u64, msg: &[u8]) -> Result<Receiver<Reply>, hipfs_rdma::Error> {
+    pub(crate) fn send(&self, id: u64, msg: Vec<u8>) -> Result<Receiver<Reply>, hipfs_rdma::Error> {
         let (tx, rx) = sync_channel(1);
         self.pending
             .lock()
@@ -186,7 +256,7 @@ impl Link {
             self.forget(id);
             return Err(hipfs_rdma::Error::Disconnected("link closed".into()));
         }
-        if let Err(e) = self.conn.send(msg) {
+        if let Err(e) = self.seal.send(self.conn.as_ref(), msg) {
             self.forget(id);
             if e.is_disconnect() {
                 self.kill();
@@ -194,6 +264,11 @@ impl Link {
             return Err(e);
         }
         Ok(rx)
+    }
+
+    /// Sends `msg` without waiting for an answer.
+    pub(crate) fn send_only(&self, msg: Vec<u8>) -> Result<(), hipfs_rdma::Error> {
+        self.seal.send(self.conn.as_ref(), msg)
     }
 
     pub(crate) fn forget(&self, id: u64) {

@@ -34,7 +34,7 @@ pub struct ClientConfig {
     pub server: String,
     /// Shared secret the server asks for.
     pub token: Option<Token>,
-    /// Where the token came from (handed to UserspaceFs users of a mount).
+    /// Where the token came from (for messages; never handed to processes).
     pub token_file: Option<PathBuf>,
     /// Which transport to use.
     pub transport: TransportKind,
@@ -42,6 +42,68 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// TCP streams or QPs of the connection; 0: the transport's default.
     pub lanes: usize,
+    /// Where to get a local ticket when there is no token (see
+    /// [`LocalTicket`]).
+    pub local_ticket: LocalTicket,
+    /// A file capability to authenticate with instead (the direct path):
+    /// the connection may then only use that one file.
+    pub capability: Option<FileCapability>,
+    /// Ask for no message authentication after the handshake
+    /// (`HIPFS_UNAUTHENTICATED_MESSAGES=1`; the server must allow it too):
+    /// only for measuring what authentication costs.
+    pub unauthenticated_messages: bool,
+}
+
+/// A capability for one open file, and how to get a new one when the
+/// server no longer knows it (it restarted, or the mount daemon's
+/// connection to it was replaced): ask the mount again.
+#[derive(Clone)]
+pub struct FileCapability {
+    current: Arc<Mutex<[u8; 32]>>,
+    renew: Option<Arc<dyn Fn() -> Option<[u8; 32]> + Send + Sync>>,
+}
+
+impl std::fmt::Debug for FileCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FileCapability(<hidden>)")
+    }
+}
+
+impl FileCapability {
+    /// A capability with its secret and, optionally, a way to ask the
+    /// mount for a fresh one (after a server restart).
+    pub fn new(
+        secret: [u8; 32],
+        renew: Option<Arc<dyn Fn() -> Option<[u8; 32]> + Send + Sync>>,
+    ) -> FileCapability {
+        FileCapability {
+            current: Arc::new(Mutex::new(secret)),
+            renew,
+        }
+    }
+
+    /// The secret to present; `fresh` asks the mount for a new one first.
+    pub(crate) fn secret(&self, fresh: bool) -> [u8; 32] {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if fresh {
+            if let Some(new) = self.renew.as_ref().and_then(|r| r()) {
+                *cur = new;
+            }
+        }
+        *cur
+    }
+}
+
+/// Where a client without a token gets a local ticket.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalTicket {
+    /// From `/run/hipfs/serve-PORT.sock` when the server address is loopback.
+    #[default]
+    Auto,
+    /// From this socket (`-o local_socket=PATH`).
+    At(PathBuf),
+    /// Never (a token is then required).
+    Never,
 }
 
 /// The port `hipfs serve` listens on unless told otherwise.
@@ -57,6 +119,9 @@ impl ClientConfig {
             transport: TransportKind::Auto,
             timeout: Duration::from_secs(30),
             lanes: 0,
+            local_ticket: LocalTicket::Auto,
+            capability: None,
+            unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
         }
     }
 }
@@ -228,7 +293,7 @@ impl RemoteClient {
                 op,
             }
             .encode();
-            let rx = match link.send(id, &msg) {
+            let rx = match link.send(id, msg) {
                 Ok(rx) => rx,
                 // Not sent: always safe to try again on a new link.
                 Err(e) if e.is_disconnect() => continue,
@@ -258,6 +323,24 @@ impl RemoteClient {
         }
     }
 
+    /// Checks bytes a server placed in our memory against the hash its
+    /// authenticated reply carries (`Payload::Placed`). On a mismatch the
+    /// stream was altered: the link is dropped (the next call reconnects)
+    /// and the caller answers EIO.
+    pub(crate) fn check_placed(&self, bytes: &[u8], digest: &[u8; 32]) -> Result<(), i32> {
+        if super::seal::placed_digest(bytes) == *digest {
+            return Ok(());
+        }
+        log::warn!(
+            "{}: placed read data does not match its authenticated hash; dropping the connection",
+            self.cfg.server
+        );
+        if let Some(l) = self.current() {
+            l.kill();
+        }
+        Err(libc::EIO)
+    }
+
     /// One line of counters: requests, failures, reconnects.
     pub fn counters_line(&self) -> String {
         let c = &self.counters;
@@ -284,7 +367,7 @@ impl RemoteClient {
             op,
         }
         .encode();
-        if let Err(e) = link.conn.send(&msg) {
+        if let Err(e) = link.send_only(msg) {
             log::debug!("{}: {e}", self.cfg.server);
         }
     }
@@ -360,6 +443,27 @@ impl Slot {
 /// The outer lock is only held to find or add a slot, never while connecting.
 static CLIENTS: Mutex<Vec<(ClientKey, Arc<Slot>)>> = Mutex::new(Vec::new());
 
+/// Clients of direct-path files (one per bound file: each connection's
+/// credential is that file's capability), for [`on_rdma_register`].
+static DIRECT: Mutex<Vec<std::sync::Weak<RemoteClient>>> = Mutex::new(Vec::new());
+
+/// Counts `c` among the clients RDMA_REGISTER buffers are registered with.
+pub(crate) fn add_direct_client(c: &Arc<RemoteClient>) {
+    let mut v = DIRECT.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|w| w.strong_count() > 0);
+    v.push(Arc::downgrade(c));
+}
+
+/// The live clients of direct-path (UserspaceFs) files in this process.
+pub fn direct_clients() -> Vec<Arc<RemoteClient>> {
+    DIRECT
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(|w| w.upgrade())
+        .collect()
+}
+
 /// The process-wide client for `cfg` (server, transport, token and lanes),
 /// connecting on first use. Connecting blocks only other callers with the
 /// same key; unrelated clients and buffer registration go on meanwhile.
@@ -411,7 +515,8 @@ pub fn on_rdma_register(buf: &RegisteredBuffer) {
         );
         return;
     }
-    let clients = live_shared_clients();
+    let mut clients = live_shared_clients();
+    clients.extend(direct_clients());
     for c in clients {
         let Some(link) = c.current() else { continue };
         match link.buffer_region(buf) {

@@ -110,10 +110,34 @@ impl Challenge {
     }
 }
 
-/// Client's proof of the token (all zero when it has none).
+/// What a client authenticates with (see `docs/SECURITY.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CredKind {
+    /// The shared token of a trusted client host.
+    Token = 1,
+    /// A single-use ticket from the server's local socket, bound to the
+    /// local user who asked for it.
+    Ticket = 2,
+    /// A capability for one open file (the direct path).
+    FileCap = 3,
+}
+
+/// `Proof::flags`: the client asks for no message authentication after the
+/// handshake (honoured only where the server allows it, for benchmarks).
+pub const FLAG_NO_MAC: u8 = 1;
+
+/// Client's proof: which credential, its public id (zero for the token),
+/// flags, and HMAC-SHA256 of the transcript with the credential's secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Proof {
-    /// HMAC of both nonces under the token.
+    /// Which credential the proof is made with.
+    pub kind: CredKind,
+    /// Proof flags (e.g. `FLAG_NO_MAC`).
+    pub flags: u8,
+    /// The credential's public id (never its secret).
+    pub id: [u8; NONCE_LEN],
+    /// HMAC over the handshake transcript under the credential's secret.
     pub mac: [u8; NONCE_LEN],
 }
 
@@ -121,14 +145,27 @@ impl Proof {
     /// The message as sent.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
-        w.u8(Kind::Proof as u8).bytes(&self.mac);
+        w.u8(Kind::Proof as u8)
+            .u8(self.kind as u8)
+            .u8(self.flags)
+            .bytes(&self.id)
+            .bytes(&self.mac);
         w.finish()
     }
     /// Parses a proof.
     pub fn decode(msg: &[u8]) -> Result<Proof, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Proof)?;
+        let kind = match r.u8("credential kind")? {
+            1 => CredKind::Token,
+            2 => CredKind::Ticket,
+            3 => CredKind::FileCap,
+            v => return Err(ProtoError::BadValue("credential kind", u64::from(v))),
+        };
         let p = Proof {
+            kind,
+            flags: r.u8("flags")?,
+            id: nonce(&mut r, "credential id")?,
             mac: nonce(&mut r, "proof")?,
         };
         r.end()?;

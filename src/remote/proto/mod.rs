@@ -1,4 +1,4 @@
-//! The hipfs wire protocol, version 1.
+//! The hipfs wire protocol, version 2.
 //!
 //! Every message is one transport control message (`Connection::send` /
 //! `recv`, which frame it); inside, the first byte says what it is:
@@ -7,11 +7,15 @@
 //! |---|---|---|
 //! | `Hello` | client → server | magic `HIPFS`, supported versions, client nonce |
 //! | `Challenge` | server → client | chosen version, server nonce, whether a token is needed |
-//! | `Proof` | client → server | HMAC-SHA256 over both nonces with the shared token |
+//! | `Proof` | client → server | credential kind and id, HMAC-SHA256 over the transcript with its secret |
 //! | `Welcome` | server → client | export name, read-only flag, the server's own proof |
 //! | `Refused` | server → client | why (version, authentication), then the server closes |
 //! | `Request` | client → server | request id, caller's credentials, one operation |
 //! | `Reply` | server → client | request id, errno or the operation's result |
+//!
+//! From `Welcome` on (excluded), every message carries a 16-byte keyed
+//! BLAKE3 tag over its direction's sequence number and bytes
+//! (`super::seal`).
 //!
 //! Request ids let many requests be in flight on one connection from many
 //! threads; replies come back in any order. Bulk read data is placed by the
@@ -27,15 +31,18 @@ mod reply;
 mod types;
 
 pub use codec::{Reader, Writer};
-pub use handshake::{Challenge, Hello, Proof, Refused, Welcome, NONCE_LEN};
+pub use handshake::{Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC, NONCE_LEN};
 pub use ops::{Op, Request};
 pub use reply::{Payload, Reply};
 pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, WireTime};
 
-/// The protocol version this build speaks.
-pub const PROTO_VERSION: u16 = 1;
-/// The oldest version this build still speaks.
-pub const PROTO_VERSION_MIN: u16 = 1;
+/// The protocol version this build speaks. 2: credential kinds in `Proof`
+/// (token, local ticket, file capability), every message after `Welcome`
+/// authenticated (see `super::seal`), `GrantFile`.
+pub const PROTO_VERSION: u16 = 2;
+/// The oldest version this build still speaks: version 1 had no message
+/// authentication and let unauthenticated clients in, so it is refused.
+pub const PROTO_VERSION_MIN: u16 = 2;
 
 /// Longest relative path a request may carry (Linux PATH_MAX).
 pub const MAX_PATH: usize = 4096;

@@ -184,6 +184,17 @@ pub enum Op {
         /// Attribute name.
         name: Vec<u8>,
     },
+    /// Mints a capability for open file `fh` of this connection (the
+    /// direct path's credential, see `docs/SECURITY.md`): read access, and
+    /// write access when `write` is asked and the file was opened for
+    /// writing. Answered with `Payload::Bytes` (the secret), revoked when
+    /// `fh` is released or this connection ends.
+    GrantFile {
+        /// The open file (a handle of this connection).
+        fh: u64,
+        /// Whether writing is asked for too.
+        write: bool,
+    },
 }
 
 impl Op {
@@ -213,6 +224,7 @@ impl Op {
             Op::Listxattr { .. } => 22,
             Op::Setxattr { .. } => 23,
             Op::Removexattr { .. } => 24,
+            Op::GrantFile { .. } => 25,
         }
     }
 
@@ -361,6 +373,9 @@ impl Request {
             } => {
                 w.bytes(path).bytes(name).bytes(value).i32(*flags);
             }
+            Op::GrantFile { fh, write } => {
+                w.u64(*fh).bool(*write);
+            }
         }
         w.finish()
     }
@@ -491,6 +506,10 @@ impl Request {
             24 => Op::Removexattr {
                 path: p(&mut r)?,
                 name: r.bytes("xattr name", MAX_NAME)?.to_vec(),
+            },
+            25 => Op::GrantFile {
+                fh: r.u64("fh")?,
+                write: r.bool("write flag")?,
             },
             v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
         };

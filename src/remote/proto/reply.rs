@@ -40,6 +40,15 @@ pub enum Payload {
         /// The bytes, when not placed in the client's region.
         data: Vec<u8>,
     },
+    /// `n` bytes placed in the client's memory on an authenticated TCP
+    /// connection, with their BLAKE3 hash: the reply is authenticated, so
+    /// the client can check that the placed bytes are the server's.
+    Placed {
+        /// Bytes placed.
+        n: u32,
+        /// BLAKE3 hash of the placed bytes.
+        digest: [u8; 32],
+    },
     /// Bytes written.
     Written(u32),
     /// Bytes (readlink, getxattr).
@@ -145,6 +154,9 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
             w.u8(11);
             encode_statfs(w, s);
         }
+        Payload::Placed { n, digest } => {
+            w.u8(12).u32(*n).bytes(digest);
+        }
     }
 }
 
@@ -196,6 +208,19 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
             Payload::Names(names)
         }
         11 => Payload::Statfs(decode_statfs(r)?),
+        12 => {
+            let n = r.u32("bytes placed")?;
+            if n as usize > super::MAX_PLACED_READ {
+                return Err(ProtoError::BadValue("bytes placed", u64::from(n)));
+            }
+            let d = r.bytes("placed digest", 32)?;
+            Payload::Placed {
+                n,
+                digest: d
+                    .try_into()
+                    .map_err(|_| ProtoError::BadValue("placed digest", d.len() as u64))?,
+            }
+        }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })
 }

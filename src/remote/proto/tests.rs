@@ -347,15 +347,23 @@ fn version_negotiation_picks_the_highest_common_and_explains_a_mismatch() {
     };
     assert_eq!(h.negotiate(), Ok(PROTO_VERSION));
     let h = Hello {
-        min_version: 2,
-        max_version: 3,
+        min_version: 3,
+        max_version: 4,
         nonce: [0; 32],
     };
     let why = h.negotiate().unwrap_err();
     assert!(
-        why.contains("2..=3") && why.contains("same hipfs release"),
+        why.contains("3..=4") && why.contains("same hipfs release"),
         "{why}"
     );
+    // A version-1 client (no message authentication) is refused.
+    let old = Hello {
+        min_version: 1,
+        max_version: 1,
+        nonce: [0; 32],
+    };
+    let why = old.negotiate().unwrap_err();
+    assert!(why.contains("1..=1"), "{why}");
 }
 
 /// Found by the fuzz target: a time 2^63 s before the epoch decoded, and

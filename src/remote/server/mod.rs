@@ -11,9 +11,10 @@ mod limits;
 mod poster;
 mod resolve;
 mod session;
+mod trust;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,14 +22,23 @@ use std::time::{Duration, Instant};
 
 use hipfs_rdma::{Connection, Listener, RateLimitedLog, TransportConfig, TransportKind};
 
-pub use creds::{IdentityPolicy, NOBODY};
+pub use creds::{parse_uid_ranges, IdentityPolicy, NOBODY};
 pub use export::Export;
 pub use limits::Limits;
+pub use trust::fetch_ticket;
 
-use super::auth::{random_nonce, Token};
-use super::proto::{Challenge, Hello, Kind, Proof, Refused, Reply, Request, Welcome, MAX_MESSAGE};
+use super::auth::{
+    default_local_socket, is_loopback, port_of, random_nonce, transcript, Token, CLIENT_PROOF,
+    SERVER_PROOF,
+};
+use super::proto::{
+    Challenge, CredKind, Hello, Kind, Proof, Refused, Reply, Request, Welcome, FLAG_NO_MAC,
+    MAX_MESSAGE,
+};
+use super::seal::{Opener, Sealer};
 use super::RemoteError;
 use session::Session;
+use trust::{Grants, LocalSocket, Principal, Tickets};
 
 /// How a server runs.
 #[derive(Clone, Debug)]
@@ -54,10 +64,19 @@ pub struct ServeConfig {
     /// Off by default: measured both ways on loopback (25-45% slower on a
     /// 2-core machine, 30% faster in one 16-CPU sweep; compare with
     /// `hipfs bench userspace --sendfile`); it saves the server a copy
-    /// where the peer is another host. Verbs always stages.
+    /// where the peer is another host. Verbs always stages, and so do
+    /// authenticated TCP connections, which hash what they place (see
+    /// docs/SECURITY.md): it applies only to connections without message
+    /// authentication.
     pub send_from_file: bool,
     /// What one client may hold of the server (see [`Limits`]).
     pub limits: Limits,
+    /// The Unix socket local clients get tickets from; `None`:
+    /// `/run/hipfs/serve-PORT.sock` (see `docs/SECURITY.md`).
+    pub local_socket: Option<PathBuf>,
+    /// Accept clients that ask for no message authentication after the
+    /// handshake (`HIPFS_UNAUTHENTICATED_MESSAGES=1`): only for measuring its cost.
+    pub allow_unauthenticated_messages: bool,
 }
 
 impl ServeConfig {
@@ -74,6 +93,8 @@ impl ServeConfig {
             workers: 0,
             send_from_file: false,
             limits: Limits::default(),
+            local_socket: None,
+            allow_unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
         }
     }
 }
@@ -104,6 +125,10 @@ pub(crate) struct ServerShared {
     send_from_file: bool,
     token: Option<Token>,
     limits: Limits,
+    allow_no_mac: bool,
+    tickets: Arc<Tickets>,
+    pub(crate) grants: Grants,
+    next_session: AtomicU64,
     stopping: AtomicBool,
     in_flight: AtomicUsize,
     /// Connections open now (authenticated or not).
@@ -139,18 +164,7 @@ pub struct Server {
     listener: Arc<dyn Listener>,
     addr: String,
     accept: Option<JoinHandle<()>>,
-}
-
-fn is_loopback(addr: &str) -> bool {
-    let host = addr
-        .rsplit_once(':')
-        .map_or(addr, |(h, _)| h)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    local: Option<LocalSocket>,
 }
 
 impl Server {
@@ -158,7 +172,7 @@ impl Server {
     pub fn start(cfg: ServeConfig) -> Result<Server, RemoteError> {
         if cfg.token.is_none() && !cfg.insecure && !is_loopback(&cfg.listen) {
             return Err(RemoteError::Config(format!(
-                "refusing to listen on {} without a token: pass --token-file FILE (the same file on the clients), or --insecure to accept any client that can reach the port",
+                "refusing to listen on {} without a token: pass --token-file FILE (the same file on the clients), or --insecure to listen there anyway (only local users, through the local socket, can then connect)",
                 cfg.listen
             )));
         }
@@ -169,13 +183,31 @@ impl Server {
             &server_transport_config(cfg.transport, cfg.limits.ack_timeout),
         )?);
         let addr = listener.local_addr();
+        let tickets = Arc::new(Tickets::default());
+        let local = match (&cfg.local_socket, port_of(&addr)) {
+            (Some(p), _) => Some(LocalSocket::start(p, tickets.clone())?),
+            (None, Some(port)) => {
+                match LocalSocket::start(&default_local_socket(port), tickets.clone()) {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        log::warn!("{e}; local clients cannot connect without a token");
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        };
         let shared = Arc::new(ServerShared {
             export,
             read_only: cfg.read_only,
-            policy: cfg.policy,
+            policy: cfg.policy.clone(),
             send_from_file: cfg.send_from_file,
             token: cfg.token.clone(),
             limits: cfg.limits.clone(),
+            allow_no_mac: cfg.allow_unauthenticated_messages,
+            tickets,
+            grants: Grants::default(),
+            next_session: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
@@ -204,15 +236,20 @@ impl Server {
                 .spawn(move || accept_loop(shared, listener, tx))?
         };
         log::info!(
-            "serving {} on {addr}{}",
+            "serving {} on {addr}{}{}",
             cfg.dir.display(),
-            if cfg.read_only { " (read-only)" } else { "" }
+            if cfg.read_only { " (read-only)" } else { "" },
+            local
+                .as_ref()
+                .map(|l| format!(", local tickets on {}", l.path().display()))
+                .unwrap_or_default()
         );
         Ok(Server {
             shared,
             listener,
             addr,
             accept: Some(accept),
+            local,
         })
     }
 
@@ -221,10 +258,16 @@ impl Server {
         &self.addr
     }
 
+    /// The Unix socket local clients get tickets from, if it listens.
+    pub fn local_socket(&self) -> Option<&std::path::Path> {
+        self.local.as_ref().map(|l| l.path())
+    }
+
     /// Stops accepting, lets requests already running finish (up to
     /// `grace`), then closes every connection.
     pub fn shutdown(mut self, grace: Duration) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        drop(self.local.take());
         self.listener.close();
         if let Some(h) = self.accept.take() {
             let _ = h.join();
@@ -316,13 +359,23 @@ fn refuse_over_limit(shared: &ServerShared, conn: &dyn Connection) {
     conn.close();
 }
 
-/// Version check and authentication. Returns false when the client was refused.
-fn handshake(shared: &ServerShared, conn: &dyn Connection) -> Result<bool, RemoteError> {
+/// An authenticated connection: who it speaks for and its message keys.
+struct Authenticated {
+    who: Principal,
+    seal: Sealer,
+    open: Opener,
+}
+
+/// Version check and authentication. `None` when the client was refused.
+fn handshake(
+    shared: &ServerShared,
+    conn: &dyn Connection,
+) -> Result<Option<Authenticated>, RemoteError> {
     let msg = conn.recv(HANDSHAKE_TIMEOUT)?;
-    let refuse = |reason: String| -> Result<bool, RemoteError> {
+    let refuse = |reason: String| -> Result<Option<Authenticated>, RemoteError> {
         HANDSHAKE_LOG.warn(|| format!("refused {}: {reason}", conn.peer_addr()));
         let _ = conn.send(&Refused { reason }.encode());
-        Ok(false)
+        Ok(None)
     };
     let hello = match Hello::decode(&msg) {
         Ok(h) => h,
@@ -337,7 +390,7 @@ fn handshake(shared: &ServerShared, conn: &dyn Connection) -> Result<bool, Remot
         &Challenge {
             version,
             nonce,
-            auth_required: shared.token.is_some(),
+            auth_required: true,
         }
         .encode(),
     )?;
@@ -345,33 +398,68 @@ fn handshake(shared: &ServerShared, conn: &dyn Connection) -> Result<bool, Remot
         Ok(p) => p,
         Err(e) => return refuse(format!("bad proof message: {e}")),
     };
-    let mac = match &shared.token {
-        Some(t) => {
-            if !t.verify_client(&nonce, &hello.nonce, &proof.mac) {
+    let (secret, who) = match proof.kind {
+        CredKind::Token => match &shared.token {
+            Some(t) => (t.clone(), Principal::Host { token: true }),
+            None => {
                 return refuse(
-                    "wrong token: the client's token file does not match the server's".into(),
-                );
+                    "this server has no token: connect from its host (local socket) or start it with --token-file".into(),
+                )
             }
-            t.server_proof(&nonce, &hello.nonce)
-        }
-        None => [0u8; 32],
+        },
+        CredKind::Ticket => match shared.tickets.redeem(&proof.id) {
+            Some((secret, cred)) if cred.uid == 0 => (secret, Principal::Host { token: false }),
+            Some((secret, cred)) => (secret, Principal::User(cred)),
+            None => return refuse("unknown or expired local ticket".into()),
+        },
+        CredKind::FileCap => match shared.grants.find(&proof.id) {
+            Some(g) if !g.is_revoked() => (g.secret.clone(), Principal::File(g)),
+            _ => return refuse("unknown or revoked file capability".into()),
+        },
     };
+    let tr = transcript(
+        proof.kind as u8,
+        proof.flags,
+        &proof.id,
+        &nonce,
+        &hello.nonce,
+    );
+    if !secret.verify(CLIENT_PROOF, &tr, &proof.mac) {
+        return refuse(match proof.kind {
+            CredKind::Token => {
+                "wrong token: the client's token file does not match the server's".into()
+            }
+            _ => "the client's proof does not match its credential".into(),
+        });
+    }
+    let no_mac = proof.flags & FLAG_NO_MAC != 0;
+    if no_mac && !shared.allow_no_mac {
+        return refuse(
+            "the client asked for unauthenticated messages, which this server does not allow"
+                .into(),
+        );
+    }
     conn.send(
         &Welcome {
             export: shared.export.path.display().to_string(),
             read_only: shared.read_only,
-            mac,
+            mac: secret.proof(SERVER_PROOF, &tr),
         }
         .encode(),
     )?;
-    Ok(true)
+    let (c2s, s2c) = secret.session_keys(&tr);
+    Ok(Some(Authenticated {
+        who,
+        seal: Sealer::new((!no_mac).then_some(s2c)),
+        open: Opener::new((!no_mac).then_some(c2s)),
+    }))
 }
 
 fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: SyncSender<Job>) {
     let peer = conn.peer_addr();
-    match handshake(&shared, conn.as_ref()) {
-        Ok(true) => log::info!("client {peer} connected"),
-        Ok(false) => {
+    let auth = match handshake(&shared, conn.as_ref()) {
+        Ok(Some(a)) => a,
+        Ok(None) => {
             // Give the refusal time to reach the client before closing.
             std::thread::sleep(Duration::from_millis(100));
             conn.close();
@@ -382,13 +470,18 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
             conn.close();
             return;
         }
-    }
-    let session = Arc::new(Session::new(
-        conn.clone(),
-        shared.send_from_file,
-        &shared.limits,
-        shared.kept_staging.clone(),
-    ));
+    };
+    log::info!("client {peer} connected ({})", auth.who.describe());
+    let id = shared.next_session.fetch_add(1, Ordering::Relaxed);
+    let session = Arc::new(
+        Session::new(
+            conn.clone(),
+            shared.send_from_file,
+            &shared.limits,
+            shared.kept_staging.clone(),
+        )
+        .with_trust(id, auth.who, auth.seal),
+    );
     shared
         .sessions
         .lock()
@@ -406,6 +499,13 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
         }
         match conn.recv(Duration::from_millis(500)) {
             Ok(msg) => {
+                let msg = match auth.open.open(msg) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        log::warn!("{peer}: {e}; closing");
+                        break;
+                    }
+                };
                 if Kind::of(&msg) != Ok(Kind::Request) {
                     log::warn!("{peer}: unexpected message; closing");
                     break;
@@ -430,6 +530,8 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
             }
         }
     }
+    // Capabilities this connection granted die with it.
+    shared.grants.revoke(id, None);
     shared
         .sessions
         .lock()
@@ -504,8 +606,8 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
             }),
         };
         if let Some(reply) = reply {
-            let (conn, msg) = (session.conn.clone(), reply.encode());
-            match poster::post(session.conn.as_ref(), move || conn.send(&msg)) {
+            let (s, msg) = (session.clone(), reply.encode());
+            match poster::post(session.conn.as_ref(), move || s.send(msg)) {
                 Ok(()) => {}
                 // The client did not take its replies for --ack-timeout:
                 // drop it rather than let it hold this worker.

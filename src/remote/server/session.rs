@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex};
 use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
-use super::creds::become_user;
+use super::super::seal::Sealer;
+use super::creds::{become_user, privileged_xattr};
 use super::limits::{InFlight, Limits};
 use super::resolve::{cstr, Errno, ToErrno};
+use super::trust::{Grant, Principal};
 use super::ServerShared;
 use hipfs_sys::io::{pread_full, pwrite_all};
 
@@ -41,6 +43,16 @@ pub(crate) struct Session {
     /// most it may be.
     kept_staging: Arc<AtomicUsize>,
     max_kept_staging: usize,
+    /// This connection's number (owner of the capabilities it grants).
+    id: u64,
+    /// Who the connection speaks for.
+    who: Principal,
+    /// Tags every message sent on this connection.
+    seal: Sealer,
+    /// Placed reads carry the hash of their bytes (authenticated TCP
+    /// connections: the bytes travel outside the tagged messages; verbs
+    /// is as trusted as the fabric).
+    digests: bool,
 }
 
 impl Session {
@@ -61,7 +73,63 @@ impl Session {
             max_open_files: limits.max_open_files,
             kept_staging,
             max_kept_staging: limits.max_kept_staging,
+            id: 0,
+            // Least privilege until `with_trust` says who it is.
+            who: Principal::User(WireCred {
+                uid: super::NOBODY,
+                gid: super::NOBODY,
+                groups: Vec::new(),
+            }),
+            seal: Sealer::new(None),
+            digests: false,
         }
+    }
+
+    /// The same session for connection `id`, authenticated as `who`, its
+    /// messages tagged by `seal`.
+    pub(crate) fn with_trust(mut self, id: u64, who: Principal, seal: Sealer) -> Session {
+        self.digests = seal.is_on() && self.conn.kind() == hipfs_rdma::TransportKind::Tcp;
+        self.id = id;
+        self.who = who;
+        self.seal = seal;
+        self
+    }
+
+    /// Sends one message (a reply) on this connection, authenticated.
+    pub(crate) fn send(&self, msg: Vec<u8>) -> hipfs_rdma::Result<()> {
+        self.seal.send(self.conn.as_ref(), msg)
+    }
+
+    /// A request on a file-capability connection: only the granted file,
+    /// in its mode. `Some(answer)` when handled (or refused) here.
+    fn handle_granted(&self, g: &Arc<Grant>, op: &Op) -> Option<Result<Payload, Errno>> {
+        if g.is_revoked() {
+            return Some(Err(libc::EBADF));
+        }
+        Some(match op {
+            Op::Open { flags, .. } => {
+                let wants_write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+                if (wants_write && !g.write) || flags & (libc::O_TRUNC | libc::O_CREAT) != 0 {
+                    Err(libc::EACCES)
+                } else {
+                    // The path is not looked at: the capability names the file.
+                    let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                    self.files
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(fh, g.fd.clone());
+                    Ok(Payload::Opened { fh })
+                }
+            }
+            Op::Write { .. } if !g.write => Err(libc::EBADF),
+            Op::Getattr { fh: Some(_), .. }
+            | Op::Read { .. }
+            | Op::Write { .. }
+            | Op::Fsync { .. }
+            | Op::Flush { .. }
+            | Op::Release { .. } => return None,
+            _ => Err(libc::EPERM),
+        })
     }
 
     fn file(&self, fh: u64) -> Result<Arc<OwnedFd>, Errno> {
@@ -143,10 +211,38 @@ impl Session {
         if shared.read_only && req.op.mutates() {
             return Err(libc::EROFS);
         }
-        let cred: WireCred = shared.policy.apply(&req.cred);
+        let cred: WireCred = shared.policy.authorize(&req.cred, &self.who)?;
+        if let Principal::File(g) = &self.who {
+            if let Some(answer) = self.handle_granted(g, &req.op) {
+                return answer;
+            }
+        }
         become_user(&cred)?;
         let ex = &shared.export;
         match &req.op {
+            Op::Setxattr { name, .. } | Op::Removexattr { name, .. }
+                if cred.uid != 0 && privileged_xattr(name) =>
+            {
+                Err(libc::EPERM)
+            }
+            Op::GrantFile { fh, write } => {
+                if matches!(self.who, Principal::File(_)) {
+                    return Err(libc::EPERM);
+                }
+                let f = self.file(*fh)?;
+                // Write access only if the file was opened for writing.
+                let mode = rustix::fs::fcntl_getfl(f.as_fd()).map_err(|e| e.raw_os_error())?
+                    & rustix::fs::OFlags::ACCMODE;
+                let write = *write && mode != rustix::fs::OFlags::RDONLY;
+                shared
+                    .grants
+                    .grant(self.id, *fh, f, write, cred.clone())
+                    .map(|secret| Payload::Bytes(secret.to_vec()))
+                    .map_err(|e| {
+                        log::warn!("cannot grant a file capability: {e}");
+                        libc::ENOMEM
+                    })
+            }
             Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
             Op::Getattr { path, fh } => match fh {
                 Some(fh) => ex.getattr_fd(self.file(*fh)?.as_fd()).map(Payload::Attr),
@@ -182,6 +278,8 @@ impl Session {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(fh);
+                // The direct-path capabilities of this open end with it.
+                shared.grants.revoke(self.id, Some(*fh));
                 Ok(Payload::Empty)
             }
             Op::Read {
@@ -242,7 +340,9 @@ impl Session {
                 Ok(Payload::Read { n: n as u32, data })
             }
             Some(d) => {
-                if self.sends_from_files.load(Ordering::Relaxed) {
+                // sendfile never shows this side the bytes, so it cannot
+                // hash them: authenticated TCP connections stage.
+                if !self.digests && self.sends_from_files.load(Ordering::Relaxed) {
                     match self.read_from_file(&f, offset, len, d) {
                         Ok(n) => {
                             return Ok(Payload::Read {
@@ -257,8 +357,8 @@ impl Session {
                 let mut staging = self.take_staging(len)?;
                 // The staging memory is ours, at least `len` bytes long
                 // (take_staging), and no one else uses it while we hold it.
-                let buf = &mut staging.bytes_mut()[..len];
-                let result = pread_full(f.as_fd(), buf, offset).errno().and_then(|n| {
+                let read = pread_full(f.as_fd(), &mut staging.bytes_mut()[..len], offset).errno();
+                let result = read.and_then(|n| {
                     if n > 0 {
                         let (conn, src, dst, at) = (
                             self.conn.clone(),
@@ -273,11 +373,23 @@ impl Session {
                     }
                     Ok(n)
                 });
+                let digest = match &result {
+                    Ok(n) if self.digests => {
+                        Some(super::super::seal::placed_digest(&staging.bytes()[..*n]))
+                    }
+                    _ => None,
+                };
                 self.put_staging(staging);
                 let n = result?;
-                Ok(Payload::Read {
-                    n: n as u32,
-                    data: Vec::new(),
+                Ok(match digest {
+                    Some(digest) => Payload::Placed {
+                        n: n as u32,
+                        digest,
+                    },
+                    None => Payload::Read {
+                        n: n as u32,
+                        data: Vec::new(),
+                    },
                 })
             }
         }

@@ -19,6 +19,8 @@ pub(super) struct OpenFile {
     pub(super) flags: i32,
     /// (connection epoch, server handle)
     pub(super) server: Mutex<(u64, u64)>,
+    /// Who opened it: the identity a direct-path capability for it acts as.
+    pub(super) cred: WireCred,
 }
 
 impl RemoteFs {
@@ -120,6 +122,7 @@ impl RemoteFs {
         flags: i32,
         epoch: u64,
         sfh: u64,
+        cred: WireCred,
     ) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.files
@@ -132,6 +135,7 @@ impl RemoteFs {
                     path: Mutex::new(path),
                     flags,
                     server: Mutex::new((epoch, sfh)),
+                    cred,
                 }),
             );
         fh
@@ -151,16 +155,43 @@ impl RemoteFs {
         Ok((epoch.load(Ordering::SeqCst), p))
     }
 
-    /// What [`Backend::identify`] answers for an open file.
+    /// What [`Backend::identify`] answers for an open file: where it is,
+    /// and a capability for this one open (its access mode, revoked when
+    /// it is released), never the host's token. The caller holds the fd,
+    /// which it opened through the mount with its own credentials.
     pub(super) fn identify_payload(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {
         let f = self.file(fh).ok()?;
         let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let write = f.flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let granted = self.client.call_with(
+            &f.cred,
+            |link| {
+                Ok(Op::GrantFile {
+                    fh: self.server_fh(&f, link, &f.cred)?,
+                    write,
+                })
+            },
+            |_, _| {},
+        );
+        let capability = match granted {
+            Ok(Payload::Bytes(b)) => <[u8; 32]>::try_from(b.as_slice()).ok()?,
+            other => {
+                log::warn!(
+                    "{}: no direct-path capability for {}: {other:?}",
+                    self.client.server(),
+                    String::from_utf8_lossy(&path)
+                );
+                return None;
+            }
+        };
         let id = super::super::direct::FileIdentity {
             server: self.client.server().to_string(),
             export: self.client.export_name(),
             path,
             ino,
-            token_file: self.client.cfg.token_file.clone(),
+            capability: Some(capability),
+            write,
+            timeout_ms: self.client.cfg.timeout.as_millis() as u64,
             transport: self.client.cfg.transport,
         };
         Some(id.encode())
@@ -204,6 +235,19 @@ impl RemoteFs {
                     (true, Some((link, target))) => target.into_data(&link, n),
                     (true, None) => Vec::new(),
                 };
+                self.bytes_read
+                    .fetch_add(out.len() as u64, Ordering::Relaxed);
+                Ok(out)
+            }
+            Ok(Payload::Placed { n, digest }) => {
+                let Some((link, target)) = slot else {
+                    return Err(Errno::EIO);
+                };
+                if n > size {
+                    return Err(Errno::EIO);
+                }
+                let out = target.into_data(&link, n as usize);
+                self.client.check_placed(&out, &digest).map_err(errno)?;
                 self.bytes_read
                     .fetch_add(out.len() as u64, Ordering::Relaxed);
                 Ok(out)

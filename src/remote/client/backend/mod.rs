@@ -302,7 +302,7 @@ impl Backend for RemoteFs {
             let Payload::Opened { fh } = p else {
                 return Err(Errno::EIO);
             };
-            Ok(self.add_file(ino, path, flags, epoch, fh))
+            Ok(self.add_file(ino, path, flags, epoch, fh, wire_cred(cred)))
         })
     }
 
@@ -328,7 +328,10 @@ impl Backend for RemoteFs {
             return Err(Errno::EIO);
         };
         self.remember(path.clone(), &entry);
-        Ok((entry, self.add_file(entry.attr.ino, path, flags, epoch, fh)))
+        Ok((
+            entry,
+            self.add_file(entry.attr.ino, path, flags, epoch, fh, wire_cred(cred)),
+        ))
     }
 
     fn read(
