@@ -23,6 +23,13 @@ pub(crate) fn clear_caller() {
     CALLER.with(|c| c.set(0));
 }
 
+/// The pid (thread id) of the process whose FUSE request this thread
+/// serves, if it serves one: lets a backend tell the requests of one
+/// system call apart from those of other processes.
+pub fn caller_pid() -> Option<u32> {
+    Some(CALLER.with(Cell::get)).filter(|&p| p != 0)
+}
+
 /// SIGKILL's bit in the pending-signal masks of `/proc/PID/status`.
 const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
 
@@ -56,7 +63,9 @@ mod tests {
     fn outside_a_request_no_caller_is_killed_and_a_live_one_is_not_either() {
         clear_caller();
         assert!(!caller_killed());
+        assert_eq!(caller_pid(), None);
         set_caller(std::process::id());
+        assert_eq!(caller_pid(), Some(std::process::id()));
         assert!(!caller_killed());
         set_caller(u32::MAX - 1);
         assert!(
