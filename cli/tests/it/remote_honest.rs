@@ -336,3 +336,43 @@ fn a_sigkilled_reader_of_a_stopped_server_on_a_hard_mount_leaves_promptly() {
     assert!(gone < Duration::from_secs(1), "{gone:?}");
     rig.server.resume();
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_hard_mount_of_a_stopped_server_unmounts_while_a_reader_waits_on_it() {
+    require_fuse!();
+    let mut rig = setup("f", &vec![6u8; 4 * MIB], "direct_io,timeout=1");
+    let f = fs::File::open(rig.mnt.path().join("f")).unwrap();
+    rig.server.stop();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; MIB];
+        let r = f.read_at(&mut buf, 0).map_err(|e| e.raw_os_error());
+        drop(f);
+        let _ = tx.send(r);
+    });
+    // Past the timeout: the request is in the hard mount's retry loop.
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = rig.mount.take().unwrap();
+    let t = Instant::now();
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(m.unmount().map_err(|e| e.to_string()));
+    });
+    let unmounted = done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("unmount did not return within 30 s");
+    let took = t.elapsed();
+    eprintln!("unmount with a reader waiting: {unmounted:?} after {took:?}");
+    assert!(unmounted.is_ok(), "{unmounted:?}");
+    // Without the teardown flag the retry loop held it until the
+    // connection was aborted (5 s grace).
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the reader never came back");
+    assert!(r.is_err(), "a read of a stopped server succeeded: {r:?}");
+}
