@@ -321,11 +321,26 @@ fn a_large_userspace_read_from_a_stopped_server_fails_within_the_timeout_not_per
     let mut buf = Buffer::from_slice(&mut mem, 0);
     assert_eq!(fh.read(&mut buf, len, 0, 0).unwrap(), len);
     rig.server.stop();
+    // Bounds the test if the read regresses to waiting for ever: the
+    // server is resumed after 10 s (and the time check below fails).
+    let done = Arc::new(AtomicBool::new(false));
+    let spid = rig.server.0.id() as i32;
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(10));
+            if !done.load(Ordering::SeqCst) {
+                // SAFETY: signalling the test's own (still running) child.
+                unsafe { libc::kill(spid, libc::SIGCONT) };
+            }
+        });
+    }
     // More pieces (32 of 1 MiB) than lanes: queued pieces must not each
     // get a timeout of their own.
     let t = Instant::now();
     let r = fh.read(&mut buf, len, 0, 0);
     let took = t.elapsed();
+    done.store(true, Ordering::SeqCst);
     eprintln!("userspace read from the stopped server: {r:?} after {took:?}");
     assert!(r.is_err(), "read {r:?} from a stopped server");
     assert!(took < Duration::from_millis(1500), "took {took:?}");
