@@ -354,6 +354,57 @@ fn proc_state(pid: u32) -> Option<char> {
     s.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// Runs `script` (`sh -c`, `$1` is the mount's file `f`: it may open it
+/// first, then must wait for a line on stdin before the request that will
+/// wait on the server), stops the server, lets the script go, checks it
+/// still waits past the timeout (a hard mount retrying), kills it and
+/// returns how long it took to leave.
+fn killed_while_waiting_on_a_hard_mount(script: &str) -> Duration {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let rig = setup("f", &vec![5u8; 4 * MIB], "direct_io,timeout=1");
+    fs::create_dir(rig.export.path().join("d")).unwrap();
+    fs::write(rig.export.path().join("d/x"), b"x").unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .arg(rig.mnt.path().join("f"))
+        .current_dir(rig.mnt.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(300));
+    rig.server.stop();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    // Past the timeout: a hard mount is in its retry loop now.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{script}: a hard mount gave up on a stopped server"
+    );
+    assert!(
+        matches!(proc_state(pid), Some('S' | 'D')),
+        "{script}: not waiting ({:?})",
+        proc_state(pid)
+    );
+    let killed = Instant::now();
+    child.kill().unwrap();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "{script}: the killed process stayed in state {:?} for 5 s",
+            proc_state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 #[cfg_attr(
     not(hipfs_fuse),
@@ -361,55 +412,31 @@ fn proc_state(pid: u32) -> Option<char> {
 )]
 fn a_sigkilled_reader_of_a_stopped_server_on_a_hard_mount_leaves_promptly() {
     require_fuse!();
-    use std::io::Write;
-    use std::process::{Command, Stdio};
-    let rig = setup("f", &vec![5u8; 4 * MIB], "direct_io,timeout=1");
-    let mut reader = Command::new("sh")
-        .arg("-c")
-        .arg("exec 3< \"$1\"; read go; exec cat <&3 >/dev/null")
-        .arg("sh")
-        .arg(rig.mnt.path().join("f"))
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = reader.id();
-    std::thread::sleep(Duration::from_millis(300));
-    rig.server.stop();
-    reader.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim() == "cat" && matches!(proc_state(pid), Some('S' | 'D')) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the reader never waited on the stopped server"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Past the timeout: the hard mount is in its retry loop now.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert!(
-        reader.try_wait().unwrap().is_none(),
-        "a hard mount gave up on a stopped server"
-    );
-    let killed = Instant::now();
-    reader.kill().unwrap();
-    let gone = loop {
-        if reader.try_wait().unwrap().is_some() {
-            break killed.elapsed();
-        }
-        assert!(
-            killed.elapsed() < Duration::from_secs(5),
-            "the killed reader stayed in state {:?} for 5 s",
-            proc_state(pid)
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let gone =
+        killed_while_waiting_on_a_hard_mount("exec 3< \"$1\"; read go; exec cat <&3 >/dev/null");
     eprintln!("killed reader gone after {gone:?}");
     assert!(gone < Duration::from_secs(1), "{gone:?}");
-    rig.server.resume();
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_sigkilled_writer_lookup_and_readdir_of_a_stopped_server_on_a_hard_mount_leave_promptly() {
+    require_fuse!();
+    for script in [
+        // A write (and the capability lookup the kernel sends before it).
+        "exec 3<> \"$1\"; read go; exec dd if=/dev/zero bs=4k count=1 conv=notrunc >&3 2>/dev/null",
+        // A lookup of a name the kernel has not seen.
+        "read go; exec stat d/x",
+        // A directory listing.
+        "read go; exec ls -l d",
+    ] {
+        let gone = killed_while_waiting_on_a_hard_mount(script);
+        eprintln!("{script}: killed, gone after {gone:?}");
+        assert!(gone < Duration::from_secs(1), "{script}: {gone:?}");
+    }
 }
 
 #[test]
