@@ -267,6 +267,73 @@ fn a_page_cache_read_across_a_server_stop_on_a_soft_mount_fails_or_completes_but
     not(hipfs_fuse),
     ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
 )]
+fn direct_io_writes_across_a_server_stop_on_a_soft_mount_fail_or_complete_but_are_never_short() {
+    require_fuse!();
+    let rig = setup("w", b"", "soft,direct_io,timeout=1");
+    let chunk = 8 * MIB;
+    let data = Arc::new(pattern(47, 48 * MIB));
+    for trial in 0..6u64 {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(rig.mnt.path().join("w"))
+            .unwrap();
+        let started = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        {
+            let (started, data) = (started.clone(), data.clone());
+            std::thread::spawn(move || {
+                let mut log = Vec::new();
+                started.store(true, Ordering::SeqCst);
+                for (i, piece) in data.chunks(chunk).enumerate() {
+                    let off = (i * chunk) as u64;
+                    match f.write_at(piece, off) {
+                        Ok(n) => log.push((off, Ok(n))),
+                        Err(e) => {
+                            log.push((off, Err(e.raw_os_error().unwrap_or(0))));
+                            break;
+                        }
+                    }
+                }
+                let _ = tx.send(log);
+            });
+        }
+        while !started.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(20 + 25 * trial));
+        rig.server.stop();
+        std::thread::sleep(Duration::from_secs(2));
+        rig.server.resume();
+        let log = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the writer was not done 30 s after the server resumed");
+        let mut acked = 0;
+        for (off, r) in &log {
+            match r {
+                Ok(n) => {
+                    assert_eq!(*n, chunk, "trial {trial}: short write at {off}: {log:?}");
+                    acked = off + *n as u64;
+                }
+                Err(e) => assert!(
+                    [libc::EIO, libc::ETIMEDOUT].contains(e),
+                    "trial {trial}: errno {e} at {off}"
+                ),
+            }
+        }
+        let on_server = fs::read(rig.export.path().join("w")).unwrap();
+        let acked = acked as usize;
+        assert!(
+            on_server.len() >= acked && on_server[..acked] == data[..acked],
+            "trial {trial}: acknowledged bytes missing or wrong on the server"
+        );
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
 fn a_write_to_a_stopped_server_on_a_soft_mount_fails_within_the_timeout_not_twice_it() {
     require_fuse!();
     let rig = setup("f", b"", "soft,timeout=1,attr_timeout=0.3");
