@@ -254,11 +254,6 @@ impl RemoteClient {
         Ok(l)
     }
 
-    /// Whether calls retry until the server answers (`-o hard`).
-    pub fn is_hard(&self) -> bool {
-        self.cfg.hard
-    }
-
     /// Runs `f` as one operation: every call it makes on this thread shares
     /// one scope. `deadline` (default: now + timeout, or the expired one of
     /// this FUSE caller's request that just timed out) applies only if no
