@@ -26,12 +26,40 @@ impl Stoppable {
         // SAFETY: signalling our own child process by its pid.
         unsafe { libc::kill(self.0.id() as i32, sig) };
     }
+    /// Stops the server and waits until every thread of it has stopped:
+    /// SIGSTOP takes effect asynchronously, and a thread still running
+    /// could answer the request a test means to leave unanswered.
     fn stop(&self) {
         self.signal(libc::SIGSTOP);
+        let tasks = format!("/proc/{}/task", self.0.id());
+        let t = Instant::now();
+        while !all_stopped(&tasks) {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the server did not stop within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     fn resume(&self) {
         self.signal(libc::SIGCONT);
     }
+}
+
+/// Whether every thread under `/proc/PID/task` is stopped (state `T`).
+fn all_stopped(tasks: &str) -> bool {
+    let Ok(dir) = fs::read_dir(tasks) else {
+        return false;
+    };
+    dir.filter_map(Result::ok).all(|t| {
+        fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+            })
+            .is_some_and(|c| c == 'T' || c == 't')
+    })
 }
 
 impl Drop for Stoppable {
