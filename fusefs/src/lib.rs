@@ -19,7 +19,7 @@ pub use backend::{
     Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, FileKind, Ino, Result, SetAttr, StatFs,
     TimeOrNow, ROOT_INO,
 };
-pub use caller::caller_killed;
+pub use caller::{caller_killed, caller_pid};
 pub use error::FuseError;
 pub use identify::{identify_fd, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD};
 pub use memfs::MemFs;

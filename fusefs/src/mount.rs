@@ -16,6 +16,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -235,18 +236,22 @@ fn fusermount_available() -> bool {
         })
 }
 
+/// A session and the flag its teardown sets (see [`FuseAdapter`]).
 fn new_session(
     backend: Arc<dyn Backend>,
     config: &MountConfig,
-) -> Result<Session<FuseAdapter>, FuseError> {
+) -> Result<(Session<FuseAdapter>, Arc<AtomicBool>), FuseError> {
     config.validate()?;
-    let adapter = FuseAdapter::new(backend, config.adapter_options());
-    Session::new(adapter, &config.mountpoint, &config.fuser_config()).map_err(|source| {
-        FuseError::Mount {
-            mountpoint: config.mountpoint.clone(),
-            source,
-        }
-    })
+    let closing = Arc::new(AtomicBool::new(false));
+    let adapter = FuseAdapter::new(backend, config.adapter_options(), closing.clone());
+    let session =
+        Session::new(adapter, &config.mountpoint, &config.fuser_config()).map_err(|source| {
+            FuseError::Mount {
+                mountpoint: config.mountpoint.clone(),
+                source,
+            }
+        })?;
+    Ok((session, closing))
 }
 
 /// Mounts `backend` and serves it on background threads until the returned handle is
@@ -261,7 +266,7 @@ fn new_session(
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHandle, FuseError> {
-    let session = new_session(backend, &config)?;
+    let (session, closing) = new_session(backend, &config)?;
     let mountpoint =
         absolute_mount_path(&config.mountpoint).map_err(|source| FuseError::Mount {
             mountpoint: config.mountpoint.clone(),
@@ -287,6 +292,7 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
         session: Some(background),
         mountpoint,
         connection,
+        closing,
     })
 }
 
@@ -296,7 +302,7 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
 /// A daemon that wants to leave cleanly on SIGTERM calls [`unmount_path`] on the mount point
 /// from its signal-handling thread; this function then returns `Ok(())`.
 pub fn mount_foreground(backend: Arc<dyn Backend>, config: MountConfig) -> Result<(), FuseError> {
-    let session = new_session(backend, &config)?;
+    let (session, _closing) = new_session(backend, &config)?;
     session.run().map_err(|source| FuseError::Session {
         mountpoint: config.mountpoint.clone(),
         source,
@@ -329,6 +335,9 @@ pub struct MountHandle {
     session: Option<BackgroundSession>,
     mountpoint: PathBuf,
     connection: Option<u32>,
+    /// Set first thing in teardown, so requests a backend keeps retrying
+    /// (hard mounts) end and the session threads can stop.
+    closing: Arc<AtomicBool>,
 }
 
 impl MountHandle {
@@ -346,6 +355,7 @@ impl MountHandle {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
+        self.closing.store(true, Ordering::SeqCst);
         let unmounted = unmount_path(&self.mountpoint);
         if let Err(e) = &unmounted {
             warn!(

@@ -43,6 +43,10 @@ pub struct MountOptions {
     pub max_readahead: Option<u32>,
     /// Answer extended-attribute calls with ENOSYS (faster `ls -l`).
     pub no_xattr: bool,
+    /// `hard` (the default) retries a request until the server answers or
+    /// the caller is killed; `soft` fails it after `timeout` (see
+    /// [`ClientConfig::hard`] and README "Mount options").
+    pub hard: bool,
 }
 
 impl Default for MountOptions {
@@ -60,6 +64,7 @@ impl Default for MountOptions {
             threads: None,
             max_readahead: None,
             no_xattr: false,
+            hard: true,
         }
     }
 }
@@ -121,6 +126,8 @@ impl MountOptions {
                 "allow_other" => o.allow_other = true,
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
+                "hard" => o.hard = true,
+                "soft" => o.hard = false,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
                 "local_socket" => o.local_socket = Some(PathBuf::from(need(v)?)),
                 "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
@@ -152,7 +159,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -165,6 +172,7 @@ impl MountOptions {
         let mut c = ClientConfig::new(server);
         c.transport = self.transport;
         c.timeout = self.timeout;
+        c.hard = self.hard;
         if let Some(t) = &self.token_file {
             c.token = Some(Token::from_file(t)?);
             c.token_file = Some(t.canonicalize().unwrap_or_else(|_| t.clone()));
@@ -282,6 +290,18 @@ fn hex_token(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_are_hard_unless_soft_is_asked_for_and_the_last_of_the_two_wins() {
+        assert!(MountOptions::default().hard);
+        assert!(MountOptions::parse("ro").unwrap().hard);
+        assert!(!MountOptions::parse("soft,timeout=2").unwrap().hard);
+        assert!(MountOptions::parse("soft,hard").unwrap().hard);
+        let soft = MountOptions::parse("hard,soft").unwrap();
+        assert!(!soft.hard);
+        assert!(!soft.client_config("h").unwrap().hard);
+        assert!(MountOptions::default().client_config("h").unwrap().hard);
+    }
 
     #[test]
     fn max_readahead_option_sets_the_window_and_rejects_sizes_out_of_range() {

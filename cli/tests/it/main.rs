@@ -12,6 +12,7 @@ mod serve;
 
 mod remote_data;
 mod remote_faults;
+mod remote_honest;
 mod remote_limits;
 mod remote_posix;
 mod remote_scripts;

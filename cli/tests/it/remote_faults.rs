@@ -52,7 +52,7 @@ fn server_killed_during_a_large_read_fails_the_read_then_a_restart_resumes_the_s
     let mut server = spawn_server(export.path(), 0, &[]);
     let port = server.port;
     let addr = format!("127.0.0.1:{port}");
-    let m = mount_remote(&addr, mnt.path(), &opts("direct_io,timeout=2")).unwrap();
+    let m = mount_remote(&addr, mnt.path(), &opts("soft,direct_io,timeout=2")).unwrap();
     let mut f = fs::File::open(mnt.path().join("big")).unwrap();
     let progress = Arc::new(AtomicU64::new(0));
     let reader = {
@@ -124,7 +124,7 @@ fn server_killed_during_writes_leaves_only_whole_acknowledged_writes() {
     let mut server = spawn_server(export.path(), 0, &[]);
     let port = server.port;
     let addr = format!("127.0.0.1:{port}");
-    let m = mount_remote(&addr, mnt.path(), &opts("direct_io,timeout=2")).unwrap();
+    let m = mount_remote(&addr, mnt.path(), &opts("soft,direct_io,timeout=2")).unwrap();
     let chunk = 1usize << 20;
     let data = pattern(5, 256 * chunk);
     let acked = Arc::new(AtomicU64::new(0));
@@ -627,7 +627,12 @@ fn a_mount_whose_server_is_gone_unmounts_without_force() {
     fs::write(export.path().join("f"), b"x").unwrap();
     let mut server = spawn_server(export.path(), 0, &[]);
     let port = server.port;
-    let m = mount_remote(&format!("127.0.0.1:{port}"), mnt.path(), &opts("timeout=2")).unwrap();
+    let m = mount_remote(
+        &format!("127.0.0.1:{port}"),
+        mnt.path(),
+        &opts("soft,timeout=2"),
+    )
+    .unwrap();
     assert_eq!(fs::read(mnt.path().join("f")).unwrap(), b"x");
     kill9(&mut server);
     // A call in flight while unmounting must not wedge the teardown.

@@ -171,7 +171,7 @@ fn userspace_reads_fail_while_the_server_is_down_and_recover_after_a_restart() {
     fs::write(export.path().join("f"), &data).unwrap();
     let mut server = spawn_server(export.path(), 0, &[]);
     let port = server.port;
-    let mut o = MountOptions::parse("timeout=2").unwrap();
+    let mut o = MountOptions::parse("soft,timeout=2").unwrap();
     o.transport = hipfs_rdma::TransportKind::Tcp;
     let addr = format!("127.0.0.1:{port}");
     let m = mount_remote(&addr, mnt.path(), &o).unwrap();

@@ -9,6 +9,7 @@ use std::ffi::OsStr;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -50,14 +51,22 @@ pub(crate) struct FuseAdapter {
     backend: Arc<dyn Backend>,
     opts: AdapterOptions,
     groups: GroupCache,
+    /// Set when the mount is torn down: backends waiting for a request
+    /// (a hard mount retrying) see it through `caller_killed` and give up.
+    closing: Arc<AtomicBool>,
 }
 
 impl FuseAdapter {
-    pub(crate) fn new(backend: Arc<dyn Backend>, opts: AdapterOptions) -> FuseAdapter {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        opts: AdapterOptions,
+        closing: Arc<AtomicBool>,
+    ) -> FuseAdapter {
         FuseAdapter {
             backend,
             opts,
             groups: GroupCache::default(),
+            closing,
         }
     }
 
@@ -85,7 +94,7 @@ impl FuseAdapter {
     fn cred(&self, req: &Request) -> Credentials {
         // Evaluated on the thread that then runs the backend call: lets a
         // waiting backend see that this caller was killed (caller.rs).
-        crate::caller::set_caller(req.pid());
+        crate::caller::set_caller(req.pid(), &self.closing);
         self.groups.credentials(req.uid(), req.gid(), req.pid())
     }
 

@@ -382,11 +382,19 @@ impl UserspaceFs for RemoteFile {
             .map(|o| (o, READ_PIECE.min(len - o)))
             .collect();
         let base = SendPtr(ptr);
+        // One deadline for the whole call: pieces queued behind others (more
+        // pieces than lanes) or retried after a reconnect get what is left
+        // of it, so `timeout` bounds the hipFile read, not each piece.
+        let deadline = std::time::Instant::now() + self.client.cfg.timeout;
+        let piece = |o: usize, l: usize| {
+            // The whole SendPtr, not its raw field, is captured (Sync).
+            let base = &base;
+            self.client.within(Some(deadline), false, false, || {
+                self.read_piece(base.0.wrapping_add(o), l, offset + o as u64)
+            })
+        };
         let results: Vec<std::result::Result<usize, i32>> = if pieces.len() <= 1 {
-            pieces
-                .iter()
-                .map(|&(o, l)| self.read_piece(base.0.wrapping_add(o), l, offset + o as u64))
-                .collect()
+            pieces.iter().map(|&(o, l)| piece(o, l)).collect()
         } else {
             let next = std::sync::atomic::AtomicUsize::new(0);
             let out = Mutex::new(vec![Ok(0); pieces.len()]);
@@ -395,8 +403,7 @@ impl UserspaceFs for RemoteFile {
                     s.spawn(|| loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(&(o, l)) = pieces.get(i) else { break };
-                        let base = &base;
-                        let r = self.read_piece(base.0.wrapping_add(o), l, offset + o as u64);
+                        let r = piece(o, l);
                         out.lock().unwrap_or_else(|p| p.into_inner())[i] = r;
                     });
                 }
@@ -419,18 +426,23 @@ impl UserspaceFs for RemoteFile {
         let (ptr, len) = host_ptr(&buf)?;
         // SAFETY: the caller lends [ptr, ptr+len) for the duration of the call.
         let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-        let mut done = 0;
-        while done < len {
-            let piece = &data[done..(done + MAX_IO).min(len)];
-            let n = self
-                .write_piece(piece, offset + done as u64)
-                .map_err(|e| io_err(e, "write"))?;
-            done += n;
-            if n < piece.len() {
-                break;
+        // All pieces share one deadline (see `read`).
+        let deadline = std::time::Instant::now() + self.client.cfg.timeout;
+        let positional = self.flags & libc::O_APPEND == 0;
+        self.client.within(Some(deadline), false, positional, || {
+            let mut done = 0;
+            while done < len {
+                let piece = &data[done..(done + MAX_IO).min(len)];
+                let n = self
+                    .write_piece(piece, offset + done as u64)
+                    .map_err(|e| io_err(e, "write"))?;
+                done += n;
+                if n < piece.len() {
+                    break;
+                }
             }
-        }
-        Ok(done)
+            Ok(done)
+        })
     }
 }
 

@@ -1,18 +1,33 @@
 //! The remote client: one per server per process, shared by every mount
 //! thread and every UserspaceFs handle.
 //!
-//! Calls are multiplexed over one connection by request id. When the server
-//! goes away, calls keep retrying the connection until their deadline
-//! ([`ClientConfig::timeout`]) and then fail with an errno: `ENOTCONN` when
-//! the server could not be reached, `ETIMEDOUT` when it did not answer in
-//! time, `EIO` when the connection died under a request that is not safe to
-//! resend. After a server restart the next call reconnects and carries on;
-//! open files are reopened by path on the new connection (see [`backend`]).
+//! Calls are multiplexed over one connection by request id. Two modes, as
+//! with NFS ([`ClientConfig::hard`]):
+//!
+//! - **soft**: when the server goes away, calls keep retrying the connection
+//!   until their deadline ([`ClientConfig::timeout`]) and then fail with an
+//!   errno: `ENOTCONN` when the server could not be reached, `ETIMEDOUT`
+//!   when it did not answer in time, `EIO` when the connection died under a
+//!   request that is not safe to resend. The deadline belongs to the
+//!   operation, not to each request: every request made for it (a reopen
+//!   after a reconnect, the pieces of a large read) shares it ([`Scope`]),
+//!   and a FUSE request that follows a timed-out request of the same
+//!   process within [`SHARED_DEADLINE_GAP`] (the kernel's capability lookup
+//!   before a write, then the write) shares the expired deadline too.
+//! - **hard** (the mount default): a request that times out is waited for
+//!   on (with a warning per timeout), one whose connection dies is resent
+//!   after reconnecting when that is safe, until the server answers, says a
+//!   real errno, or the calling process is killed (`EINTR`).
+//!
+//! After a server restart the next call reconnects and carries on; open
+//! files are reopened by path on the new connection (see [`backend`]).
 
 pub mod backend;
 pub mod direct;
 mod link;
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -52,6 +67,10 @@ pub struct ClientConfig {
     /// (`HIPFS_UNAUTHENTICATED_MESSAGES=1`; the server must allow it too):
     /// only for measuring what authentication costs.
     pub unauthenticated_messages: bool,
+    /// Retry until the server answers (or the caller is killed) instead of
+    /// failing after `timeout` (see the module docs). Off for library
+    /// clients (UserspaceFs), on for mounts unless `-o soft`.
+    pub hard: bool,
 }
 
 /// A capability for one open file, and how to get a new one when the
@@ -122,6 +141,7 @@ impl ClientConfig {
             local_ticket: LocalTicket::Auto,
             capability: None,
             unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
+            hard: false,
         }
     }
 }
@@ -166,6 +186,66 @@ pub struct RemoteClient {
     connecting: Mutex<()>,
     next_id: AtomicU64,
     epoch: AtomicU64,
+    /// Caller pid → (expired deadline, when) of its last timed-out request.
+    timed_out: Mutex<HashMap<u32, (Instant, Instant)>>,
+}
+
+/// A FUSE request that arrives this soon after a request of the same
+/// process timed out is taken to be part of the same system call (the
+/// kernel sends the capability lookup of a write, then the write, or the
+/// lookups of a path one after the other, within microseconds) and shares
+/// its deadline, so `timeout=S` bounds the system call, not each request.
+pub const SHARED_DEADLINE_GAP: Duration = Duration::from_millis(50);
+
+/// How the calls made on this thread for one operation are bounded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Scope {
+    /// Soft mode: no request of the operation waits past it.
+    pub(crate) deadline: Instant,
+    pub(crate) hard: bool,
+    /// Soft mode, for a request that continues a system call that already
+    /// has bytes (see `backend::files::MID_STREAM_GAP`): a request on a
+    /// live connection is waited for past the deadline (failing it would
+    /// make the kernel return a short count); only reconnecting stays
+    /// bounded by the deadline.
+    pub(crate) patient: bool,
+    /// The operation's writes are positional (not `O_APPEND`): resending
+    /// one after a connection loss rewrites the same bytes at the same
+    /// place, so hard mode may.
+    pub(crate) resend_writes: bool,
+}
+
+thread_local! {
+    /// The scope of the operation this thread runs, if any (set by the
+    /// outermost [`RemoteClient::within`]).
+    static SCOPE: Cell<Option<Scope>> = const { Cell::new(None) };
+}
+
+/// Clears this thread's scope when the operation that set it ends (also on
+/// panic, so a pooled FUSE thread never inherits a stale deadline).
+struct ScopeGuard;
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        SCOPE.with(|s| s.set(None));
+    }
+}
+
+/// Sleeps `d`, waking every 100 ms to see whether the FUSE caller was
+/// killed; true if it was.
+fn nap_unless_killed(d: Duration) -> bool {
+    const STEP: Duration = Duration::from_millis(100);
+    let end = Instant::now() + d;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::sleep(left.min(STEP));
+        if hipfs_fusefs::caller_killed() {
+            return true;
+        }
+    }
 }
 
 impl std::fmt::Debug for RemoteClient {
@@ -186,6 +266,7 @@ impl RemoteClient {
             next_id: AtomicU64::new(1),
             epoch: AtomicU64::new(0),
             counters: ClientCounters::default(),
+            timed_out: Mutex::new(HashMap::new()),
         });
         c.link()?;
         Ok(c)
@@ -240,9 +321,70 @@ impl RemoteClient {
         Ok(l)
     }
 
+    /// Runs `f` as one operation: every call it makes on this thread shares
+    /// one scope. `deadline` (default: now + timeout, or the expired one of
+    /// this FUSE caller's request that just timed out) applies only if no
+    /// operation runs on this thread yet (an inner `within` joins the outer
+    /// scope); `patient` makes the rest of the operation patient whatever
+    /// the outer scope said.
+    pub(crate) fn within<T>(
+        &self,
+        deadline: Option<Instant>,
+        patient: bool,
+        resend_writes: bool,
+        f: impl FnOnce() -> T,
+    ) -> T {
+        if let Some(outer) = SCOPE.with(Cell::get) {
+            if patient && !outer.patient {
+                SCOPE.with(|s| {
+                    s.set(Some(Scope {
+                        patient: true,
+                        ..outer
+                    }))
+                });
+                let r = f();
+                SCOPE.with(|s| s.set(Some(outer)));
+                return r;
+            }
+            return f();
+        }
+        let scope = Scope {
+            deadline: deadline.unwrap_or_else(|| self.fresh_deadline()),
+            hard: self.cfg.hard,
+            patient,
+            resend_writes,
+        };
+        SCOPE.with(|s| s.set(Some(scope)));
+        let _clear = ScopeGuard;
+        f()
+    }
+
+    /// The deadline of a new operation: now + timeout, unless the FUSE
+    /// caller's previous request timed out a moment ago (same system call).
+    fn fresh_deadline(&self) -> Instant {
+        let now = Instant::now();
+        let fresh = now + self.cfg.timeout;
+        let Some(pid) = hipfs_fusefs::caller_pid() else {
+            return fresh;
+        };
+        let mut m = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, (_, at)| now.duration_since(*at) < SHARED_DEADLINE_GAP);
+        m.get(&pid).map_or(fresh, |(d, _)| *d)
+    }
+
+    /// Notes that a request of this FUSE caller ran out of `deadline`.
+    fn note_timeout(&self, deadline: Instant) {
+        if let Some(pid) = hipfs_fusefs::caller_pid() {
+            self.timed_out
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(pid, (deadline, Instant::now()));
+        }
+    }
+
     /// Runs one operation, built by `make` for the link it will travel on
     /// (so file handles can be translated for that link), retrying across
-    /// reconnects until the deadline when that is safe.
+    /// reconnects within the operation's scope (see [`Self::within`]).
     pub(crate) fn call_with(
         &self,
         cred: &WireCred,
@@ -250,7 +392,20 @@ impl RemoteClient {
         on_link: impl Fn(&Arc<Link>, &Payload),
     ) -> Result<Payload, i32> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        let r = self.call_with_retries(cred, make, on_link);
+        let r = self.within(None, false, false, || {
+            let scope = SCOPE.with(Cell::get);
+            let scope = scope.unwrap_or(Scope {
+                deadline: Instant::now() + self.cfg.timeout,
+                hard: self.cfg.hard,
+                patient: false,
+                resend_writes: false,
+            });
+            let r = self.call_with_retries(scope, cred, make, on_link);
+            if r == Err(libc::ETIMEDOUT) {
+                self.note_timeout(scope.deadline);
+            }
+            r
+        });
         // Answers like ENOENT are the filesystem working; count transport trouble.
         if let Err(libc::EIO | libc::ENOTCONN | libc::ETIMEDOUT) = r {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -258,16 +413,39 @@ impl RemoteClient {
         r
     }
 
+    /// Says once per operation that the server does not answer (hard mode).
+    fn still_trying(&self, warned: &mut bool, why: &dyn std::fmt::Display) {
+        if !*warned {
+            log::warn!(
+                "server {} not responding ({why}), still trying",
+                self.cfg.server
+            );
+            *warned = true;
+        }
+    }
+
     fn call_with_retries(
         &self,
+        scope: Scope,
         cred: &WireCred,
         mut make: impl FnMut(&Arc<Link>) -> Result<Op, i32>,
         on_link: impl Fn(&Arc<Link>, &Payload),
     ) -> Result<Payload, i32> {
-        let deadline = Instant::now() + self.cfg.timeout;
+        let Scope {
+            deadline,
+            hard,
+            patient,
+            resend_writes,
+        } = scope;
+        // Waits for an answer on a live connection past the deadline.
+        let waits = hard || patient;
         let mut backoff = Duration::from_millis(20);
         let mut reached = false;
+        let mut warned = false;
         loop {
+            if hipfs_fusefs::caller_killed() {
+                return Err(libc::EINTR);
+            }
             let link = match self.link() {
                 Ok(l) => l,
                 Err(e) => {
@@ -275,17 +453,27 @@ impl RemoteClient {
                         log::warn!("{}: {e}", self.cfg.server);
                         return Err(libc::EACCES);
                     }
-                    if Instant::now() + backoff >= deadline {
+                    if hard {
+                        self.still_trying(&mut warned, &e);
+                    } else if Instant::now() + backoff >= deadline {
                         log::debug!("{}: {e}", self.cfg.server);
                         return Err(if reached { libc::EIO } else { libc::ENOTCONN });
                     }
-                    std::thread::sleep(backoff);
+                    if nap_unless_killed(backoff) {
+                        return Err(libc::EINTR);
+                    }
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                     continue;
                 }
             };
+            // An operation whose deadline passed (a system call whose first
+            // request timed out) sends nothing more.
+            if !waits && Instant::now() >= deadline {
+                return Err(libc::ETIMEDOUT);
+            }
             let op = make(&link)?;
-            let idempotent = op.is_idempotent();
+            let resend_ok =
+                op.is_idempotent() || (hard && resend_writes && matches!(op, Op::Write { .. }));
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let msg = Request {
                 id,
@@ -297,13 +485,40 @@ impl RemoteClient {
                 Ok(rx) => rx,
                 // Not sent: always safe to try again on a new link.
                 Err(e) if e.is_disconnect() => continue,
+                // The outgoing queue stayed full (the server stopped
+                // reading): nothing was queued, so trying again is safe.
+                Err(e @ hipfs_rdma::Error::Timeout(_)) => {
+                    if !waits {
+                        return Err(libc::ETIMEDOUT);
+                    }
+                    self.still_trying(&mut warned, &e);
+                    continue;
+                }
                 Err(e) => {
                     log::warn!("{}: cannot send a request: {e}", self.cfg.server);
                     return Err(libc::EIO);
                 }
             };
-            match wait_for_reply(&rx, deadline) {
+            let waited = loop {
+                let until = if waits {
+                    Instant::now() + self.cfg.timeout
+                } else {
+                    deadline
+                };
+                match wait_for_reply(&rx, until) {
+                    // The connection is alive, the server is slow or
+                    // stopped; its answer will come on this channel.
+                    Err(Some(libc::ETIMEDOUT)) if waits => {
+                        self.still_trying(&mut warned, &"no answer within timeout=");
+                    }
+                    r => break r,
+                }
+            };
+            match waited {
                 Ok(reply) => {
+                    if warned {
+                        log::warn!("server {} OK", self.cfg.server);
+                    }
                     if let Ok(p) = &reply.result {
                         on_link(&link, p);
                     }
@@ -315,8 +530,11 @@ impl RemoteClient {
                 }
                 Err(None) => {
                     reached = true;
-                    if !idempotent {
+                    if !resend_ok {
                         return Err(libc::EIO);
+                    }
+                    if hard {
+                        self.still_trying(&mut warned, &"connection lost");
                     }
                 }
             }

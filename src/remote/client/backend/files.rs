@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hipfs_fusefs::{Credentials, Errno, Ino, Result};
 
@@ -23,7 +24,45 @@ pub(super) struct OpenFile {
     pub(super) cred: WireCred,
 }
 
+/// A read or write of a handle that the same process read or wrote
+/// successfully less than this ago is taken to continue one system call.
+///
+/// Why: the kernel splits a large read or write into several FUSE requests
+/// (`direct_io` chunks of `max_read`, page-cache readahead windows, write
+/// chunks) and, when a later one fails, returns the bytes of the earlier
+/// ones as a short count and drops the error (`fuse_direct_io`,
+/// `filemap_read`, `fuse_perform_write`): a program that takes a short read
+/// for end of file silently truncates. The daemon cannot see where a
+/// system call starts, only that requests follow each other this closely,
+/// so on a `soft` mount such a continuation is retried as on a `hard` one
+/// (until the server answers or the caller is killed) rather than failed.
+/// A request after a pause (a new system call) fails after `timeout=S`.
+pub(super) const MID_STREAM_GAP: Duration = Duration::from_millis(50);
+
 impl RemoteFs {
+    /// Whether a read or write of `fh` by the current FUSE caller continues
+    /// one that just succeeded (see [`MID_STREAM_GAP`]).
+    fn mid_stream(&self, fh: u64) -> bool {
+        let Some(pid) = hipfs_fusefs::caller_pid() else {
+            return false;
+        };
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .is_some_and(|(p, at)| *p == pid && at.elapsed() < MID_STREAM_GAP)
+    }
+
+    /// Notes that the current FUSE caller's read or write of `fh` succeeded.
+    fn note_progress(&self, fh: u64) {
+        if let Some(pid) = hipfs_fusefs::caller_pid() {
+            self.streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(fh, (pid, Instant::now()));
+        }
+    }
+
     pub(super) fn file(&self, fh: u64) -> Result<Arc<OpenFile>> {
         self.files
             .read()
@@ -209,6 +248,17 @@ impl RemoteFs {
         if size == 0 {
             return Ok(Vec::new());
         }
+        let r = self.client.within(None, self.mid_stream(fh), false, || {
+            self.read_once(fh, offset, size, cred)
+        });
+        if matches!(&r, Ok(d) if !d.is_empty()) {
+            self.note_progress(fh);
+        }
+        r
+    }
+
+    /// One read of at most MAX_IO bytes, within the operation's scope.
+    fn read_once(&self, fh: u64, offset: u64, size: u32, cred: &Credentials) -> Result<Vec<u8>> {
         let dest: Mutex<Option<(Arc<Link>, ReadTarget)>> = Mutex::new(None);
         let p = self.file_call(fh, cred, |sfh, link| {
             let mut slot = dest.lock().unwrap_or_else(|p| p.into_inner());
@@ -267,6 +317,21 @@ impl RemoteFs {
         data: &[u8],
         cred: &Credentials,
     ) -> Result<usize> {
+        let positional = self.file(fh)?.flags & libc::O_APPEND == 0;
+        let r = self
+            .client
+            .within(None, self.mid_stream(fh), positional, || {
+                self.write_chunks(fh, offset, data, cred)
+            });
+        if matches!(r, Ok(n) if n > 0) {
+            self.note_progress(fh);
+        }
+        r
+    }
+
+    /// Writes `data` in MAX_IO requests, all within one scope: one
+    /// deadline in soft mode.
+    fn write_chunks(&self, fh: u64, offset: u64, data: &[u8], cred: &Credentials) -> Result<usize> {
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + MAX_IO).min(data.len())];
@@ -302,6 +367,10 @@ impl RemoteFs {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh)
             .ok_or(Errno::EBADF)?;
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh);
         let (epoch, sfh) = *f.server.lock().unwrap_or_else(|p| p.into_inner());
         // Only the connection that opened it knows the handle (a new one
         // never saw it, and a dead one closed it). Nobody waits for the

@@ -55,6 +55,9 @@ pub struct RemoteFs {
     no_xattr: bool,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// Open handle → (caller pid, when its last read or write succeeded):
+    /// see [`files::MID_STREAM_GAP`].
+    streams: Mutex<HashMap<u64, (u32, Instant)>>,
 }
 
 /// The attribute of a mount's root directory that answers with this
@@ -115,6 +118,7 @@ impl RemoteFs {
             no_xattr: false,
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
+            streams: Mutex::new(HashMap::new()),
         }
     }
 
