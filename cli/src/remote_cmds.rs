@@ -75,6 +75,14 @@ pub struct ServeArgs {
     /// reading its replies) before disconnecting it.
     #[arg(long, value_name = "S", default_value_t = 2.0)]
     pub ack_timeout: f64,
+    /// PEM certificate chain (leaf first): serve TCP over TLS, refusing
+    /// plaintext clients (they mount with -o tls,ca=FILE). Needs --tls-key.
+    /// Verbs connections are not encrypted; --sendfile reads are staged.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
@@ -88,7 +96,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, tls,ca=FILE (TLS on TCP; tls_name=NAME: the name the certificate carries), attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.
@@ -167,6 +175,9 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
         .map_err(|e: hipfs_rdma::Error| RemoteError::Config(e.to_string()))?;
     if let Some(t) = &args.token_file {
         cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
+    }
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        cfg.tls = Some(hipfs_rdma::TlsConfig::server(cert, key));
     }
     cfg.policy = IdentityPolicy {
         squash_root: args.squash_root,

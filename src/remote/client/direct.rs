@@ -39,6 +39,11 @@ pub struct FileIdentity {
     pub token_file: Option<PathBuf>,
     /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
     pub transport: TransportKind,
+    /// The mount's TLS CA file (`-o tls,ca=FILE`): a process's own
+    /// connection uses TLS too. None: plaintext.
+    pub tls_ca: Option<PathBuf>,
+    /// The server name the mount checks the certificate for, if not the host.
+    pub tls_name: Option<String>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -75,6 +80,15 @@ impl FileIdentity {
                 hex(t.as_os_str().as_encoded_bytes())
             ));
         }
+        if let Some(t) = &self.tls_ca {
+            s.push_str(&format!(
+                "tls_ca={}\n",
+                hex(t.as_os_str().as_encoded_bytes())
+            ));
+        }
+        if let Some(n) = &self.tls_name {
+            s.push_str(&format!("tls_name={}\n", hex(n.as_bytes())));
+        }
         s.into_bytes()
     }
 
@@ -92,6 +106,8 @@ impl FileIdentity {
             ino: 0,
             token_file: None,
             transport: TransportKind::Auto,
+            tls_ca: None,
+            tls_name: None,
         };
         for l in lines {
             let (k, v) = l.split_once('=')?;
@@ -101,6 +117,11 @@ impl FileIdentity {
                 "ino" => id.ino = v.parse().ok()?,
                 "path" => id.path = unhex(v)?,
                 "transport" => id.transport = v.parse().ok()?,
+                "tls_ca" => {
+                    use std::os::unix::ffi::OsStringExt;
+                    id.tls_ca = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
+                }
+                "tls_name" => id.tls_name = Some(String::from_utf8(unhex(v)?).ok()?),
                 "token_file" => {
                     use std::os::unix::ffi::OsStringExt;
                     id.token_file = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
@@ -449,6 +470,12 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
         cfg.token = Some(super::super::auth::Token::from_file(t).map_err(Error::from)?);
         cfg.token_file = Some(t.clone());
     }
+    if let Some(ca) = &id.tls_ca {
+        cfg.tls = Some(hipfs_rdma::TlsConfig {
+            server_name: id.tls_name.clone(),
+            ..hipfs_rdma::TlsConfig::client(ca)
+        });
+    }
     let client = shared_client(cfg).map_err(Error::from)?;
     let flags = hipfs_sys::fs::get_status_flags(fd)
         .map_err(|e| Error::system(e.raw_os_error().unwrap_or(libc::EIO), "fcntl(F_GETFL)"))?;
@@ -468,6 +495,8 @@ mod tests {
             ino: 42,
             token_file: Some("/etc/hipfs/token".into()),
             transport: TransportKind::Tcp,
+            tls_ca: Some("/etc/hipfs/ca.pem".into()),
+            tls_name: Some("storage1".into()),
         };
         assert_eq!(FileIdentity::decode(&id.encode()), Some(id.clone()));
         let evil = FileIdentity {

@@ -42,6 +42,9 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// TCP streams or QPs of the connection; 0: the transport's default.
     pub lanes: usize,
+    /// TLS on the TCP transport (`-o tls,ca=FILE`): the CA that signed the
+    /// server's certificate and, optionally, the name to check.
+    pub tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 /// The port `hipfs serve` listens on unless told otherwise.
@@ -57,6 +60,7 @@ impl ClientConfig {
             transport: TransportKind::Auto,
             timeout: Duration::from_secs(30),
             lanes: 0,
+            tls: None,
         }
     }
 }
@@ -324,6 +328,7 @@ struct ClientKey {
     token_file: Option<PathBuf>,
     token: Option<Token>,
     lanes: usize,
+    tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 impl ClientKey {
@@ -334,6 +339,7 @@ impl ClientKey {
             token_file: cfg.token_file.clone(),
             token: cfg.token.clone(),
             lanes: cfg.lanes,
+            tls: cfg.tls.clone(),
         }
     }
 }

@@ -58,6 +58,12 @@ pub struct ServeConfig {
     pub send_from_file: bool,
     /// What one client may hold of the server (see [`Limits`]).
     pub limits: Limits,
+    /// TLS on the TCP transport (`--tls-cert`, `--tls-key`): the
+    /// certificate chain and key. Every byte of a TCP connection is then
+    /// encrypted and authenticated, and plaintext clients are refused.
+    /// Verbs connections are not covered (as trusted as the fabric), and
+    /// `send_from_file` stages its reads (sendfile cannot encrypt).
+    pub tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 impl ServeConfig {
@@ -74,6 +80,7 @@ impl ServeConfig {
             workers: 0,
             send_from_file: false,
             limits: Limits::default(),
+            tls: None,
         }
     }
 }
@@ -166,7 +173,10 @@ impl Server {
         raise_fd_limit();
         let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
             &cfg.listen,
-            &server_transport_config(cfg.transport, cfg.limits.ack_timeout),
+            &TransportConfig {
+                tls: cfg.tls.clone(),
+                ..server_transport_config(cfg.transport, cfg.limits.ack_timeout)
+            },
         )?);
         let addr = listener.local_addr();
         let shared = Arc::new(ServerShared {

@@ -162,6 +162,13 @@ impl RemoteFs {
             ino,
             token_file: self.client.cfg.token_file.clone(),
             transport: self.client.cfg.transport,
+            tls_ca: self.client.cfg.tls.as_ref().and_then(|t| t.ca.clone()),
+            tls_name: self
+                .client
+                .cfg
+                .tls
+                .as_ref()
+                .and_then(|t| t.server_name.clone()),
         };
         Some(id.encode())
     }
