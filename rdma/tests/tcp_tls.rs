@@ -139,6 +139,12 @@ fn a_client_that_trusts_another_ca_is_refused_naming_the_certificate_problem() {
         "{msg}"
     );
     assert!(t.elapsed() < Duration::from_secs(5));
+    // A CA of the same name with another key: the signature does not hold.
+    let namesake = Pki::localhost("server");
+    let e = connect(&l.local_addr(), &tls_cfg(Some(namesake.client())))
+        .err()
+        .expect("must be refused");
+    assert!(e.to_string().contains("not signed by the CA"), "{e}");
     assert!(accepts_nothing(&*l));
 }
 

@@ -30,11 +30,12 @@ impl ThrowawayPki {
     pub fn new(names: &[&str]) -> io::Result<ThrowawayPki> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static N: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "hipfs-pki-{}-{}",
+        let tag = format!(
+            "{}-{}",
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
-        ));
+        );
+        let dir = std::env::temp_dir().join(format!("hipfs-pki-{tag}"));
         std::fs::create_dir_all(&dir)?;
         let pki = ThrowawayPki {
             ca: dir.join("ca.pem"),
@@ -47,7 +48,7 @@ impl ThrowawayPki {
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca_params
             .distinguished_name
-            .push(DnType::CommonName, "hipfs throwaway CA");
+            .push(DnType::CommonName, format!("hipfs throwaway CA {tag}"));
         let ca_cert = ca_params.self_signed(&ca_key).map_err(other)?;
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate().map_err(other)?;

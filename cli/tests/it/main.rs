@@ -15,5 +15,6 @@ mod remote_faults;
 mod remote_limits;
 mod remote_posix;
 mod remote_scripts;
+mod remote_tls;
 mod remote_userspace;
 mod remote_verbs_vm;

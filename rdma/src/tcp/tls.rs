@@ -174,9 +174,11 @@ pub(crate) fn handshake_error(
     use std::io::ErrorKind;
     if let Some(t) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
         let hint = match t {
-            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
-                " (its certificate is not signed by the CA this side trusts)"
-            }
+            // BadSignature: a CA of the same name as the trusted one, but
+            // another key, signed it.
+            rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature,
+            ) => " (its certificate is not signed by the CA this side trusts)",
             rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
             | rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForNameContext { .. },
