@@ -35,6 +35,9 @@ type Groups = Arc<Mutex<HashMap<u64, Group>>>;
 
 type ServerTls = Option<Arc<rustls::ServerConfig>>;
 
+static HANDSHAKE_LOG: crate::RateLimitedLog =
+    crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
+
 impl TcpListener {
     pub(crate) fn bind(addr: &str, cfg: &TransportConfig) -> Result<Self> {
         let l = std::net::TcpListener::bind(addr)
@@ -90,7 +93,9 @@ fn accept_loop(
             .name("hipfs-tcp-hello".into())
             .spawn(move || {
                 if let Err(e) = handshake(s, &groups, &cfg, tls.as_ref(), &ready) {
-                    log::warn!("tcp handshake failed: {e}");
+                    // Any peer can fail handshakes at will (one per lane):
+                    // one line per interval, not one per attempt.
+                    HANDSHAKE_LOG.warn(|| format!("tcp handshake failed: {e}"));
                 }
             });
     }
