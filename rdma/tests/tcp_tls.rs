@@ -249,3 +249,35 @@ fn with_tls_neither_messages_nor_one_sided_data_cross_the_wire_in_the_clear() {
     let pki = Pki::localhost("wire");
     assert!(!plaintext_on_the_wire(Some(pki.both())));
 }
+
+#[test]
+fn both_sides_writing_large_regions_to_each_other_at_once_over_one_tls_lane_never_deadlock() {
+    // One lane: each side's sender and reader share one TLS session, and
+    // both directions are full at once (each side's sender waits for room
+    // while its reader must keep decrypting).
+    let pki = Pki::localhost("both-ways");
+    let cfg = TransportConfig {
+        lanes: 1,
+        ..env_with(&pki).cfg()
+    };
+    let p = pair_with(&env_with(&pki), &cfg);
+    let n = 16 << 20;
+    let (mut a, mut b) = (Buf::new(n), Buf::new(n));
+    a.fill(1);
+    b.fill(2);
+    let (ta, tb) = (Buf::new(n), Buf::new(n));
+    let (_ra, da) = share(&p, &ta); // server's region, written by the client
+    let rb = tb.register(&*p.client);
+    p.client.send(&rb.descriptor().encode()).unwrap();
+    let db = hipfs_rdma::RemoteDescriptor::decode(&p.server.recv(Duration::from_secs(10)).unwrap())
+        .unwrap();
+    let (sa, sb) = (a.register(&*p.client), b.register(&*p.server));
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| p.client.write_remote(&sa, 0, n, &da, 0).unwrap());
+            s.spawn(|| p.server.write_remote(&sb, 0, n, &db, 0).unwrap());
+        }
+    });
+    assert!(ta.bytes() == a.bytes());
+    assert!(tb.bytes() == b.bytes());
+}

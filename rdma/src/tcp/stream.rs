@@ -4,12 +4,13 @@
 //! Two enums (one per direction) rather than a trait object: the plain
 //! arm calls the socket functions directly, so plain TCP pays one match
 //! per call and no extra copy. The TLS arm shares one rustls session
-//! between the lane's two threads under a mutex that is never held across
-//! socket I/O: the sender encrypts into its own buffer and sends it after
-//! unlocking, the reader receives ciphertext into its own buffer and
-//! decrypts after locking. Holding the lock while blocked on the socket
-//! could deadlock two peers whose senders both wait for room in the other
-//! side's receive buffer.
+//! between the lane's two threads under a mutex that is never held while
+//! waiting on the socket: the sender encrypts and hands the socket what it
+//! takes without waiting, then waits for room unlocked; the reader
+//! receives ciphertext into its own buffer unlocked and decrypts after
+//! locking. Holding the lock while blocked on the socket could deadlock
+//! two peers whose senders both wait for room in the other side's receive
+//! buffer while their readers wait for the lock.
 
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -48,7 +49,6 @@ pub(crate) fn halves(fd: RawFd, tls: Option<rustls::Connection>) -> (TxStream, R
                     fd,
                     session: s.clone(),
                     plain: Vec::with_capacity(STAGE),
-                    wire: Vec::new(),
                 }),
                 RxStream::Tls(TlsRx {
                     fd,
@@ -190,8 +190,23 @@ pub(crate) struct TlsTx {
     /// Plaintext not yet encrypted (a frame header waits here for its
     /// payload, so both go out in one record).
     plain: Vec<u8>,
-    /// Ciphertext taken from the session, sent after unlocking.
-    wire: Vec<u8>,
+}
+
+/// The socket as rustls writes ciphertext to it: whatever fits now.
+struct SendNow(RawFd);
+
+impl Write for SendNow {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        sock::send_vectored_now(self.0, &[io::IoSlice::new(b)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        sock::send_vectored_now(self.0, bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl TlsTx {
@@ -225,7 +240,7 @@ impl TlsTx {
     fn flush(&mut self) -> io::Result<()> {
         let mut off = 0;
         loop {
-            {
+            let socket_full = {
                 let mut c = lock(&self.session);
                 while off < self.plain.len() {
                     let n = c.writer().write(&self.plain[off..])?;
@@ -235,13 +250,27 @@ impl TlsTx {
                     }
                     off += n;
                 }
+                let mut full = false;
                 while c.wants_write() {
-                    c.write_tls(&mut self.wire)?;
+                    match c.write_tls(&mut SendNow(self.fd)) {
+                        Ok(0) => {
+                            full = true;
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            full = true;
+                            break;
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            if !self.wire.is_empty() {
-                sock::send_bytes(self.fd, &self.wire, false)?;
-                self.wire.clear();
+                full
+            };
+            if socket_full {
+                // Unlocked: the reader keeps decrypting meanwhile.
+                sock::wait_writable(self.fd)?;
+                continue;
             }
             if off >= self.plain.len() {
                 break;

@@ -12,8 +12,19 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::{Error, Result, TlsConfig};
 
+/// ring's provider, with AES-128-GCM first: with AES-NI it is the
+/// cheapest TLS 1.3 suite per byte, and the lanes carry bulk data. The
+/// others stay available for peers that prefer them.
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::crypto::ring::cipher_suite as cs;
+    Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: vec![
+            cs::TLS13_AES_128_GCM_SHA256,
+            cs::TLS13_AES_256_GCM_SHA384,
+            cs::TLS13_CHACHA20_POLY1305_SHA256,
+        ],
+        ..rustls::crypto::ring::default_provider()
+    })
 }
 
 fn certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>> {
