@@ -432,6 +432,11 @@ pub struct BenchRemoteArgs {
     /// (sendfile on TCP) instead of staging them (`hipfs serve --sendfile`).
     #[arg(long)]
     pub sendfile: bool,
+    /// Bench userspace: also read through a second server and mount that
+    /// use TLS (a throwaway certificate made for the run), in the same
+    /// rounds as the plaintext rows.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::MountBenchOptions> {
@@ -441,6 +446,7 @@ fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::Mou
         repeats: args.repeats,
         mount: MountOptions::parse(&args.options.join(","))?,
         server_sendfile: args.sendfile,
+        tls: args.tls,
     })
 }
 
@@ -506,6 +512,18 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
         ),
         &rows,
     );
+    // With --tls the last row is UserspaceFs over TLS, the third the same
+    // reads in plaintext, measured in the same rounds.
+    if let (true, Some(plain), Some(tls)) = (args.tls, rows.get(2), rows.last()) {
+        if plain.gib_per_s > 0.0 {
+            println!(
+                "TLS / plaintext UserspaceFs: {:.0}% ({:.2} vs {:.2} GiB/s)",
+                tls.gib_per_s / plain.gib_per_s * 100.0,
+                tls.gib_per_s,
+                plain.gib_per_s
+            );
+        }
+    }
     Ok(())
 }
 
