@@ -170,3 +170,65 @@ fn with_tls_neither_file_contents_nor_names_cross_the_wire_in_the_clear() {
     let pki = ThrowawayPki::localhost().unwrap();
     assert!(!plaintext_on_the_wire(Some(&pki)));
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn the_hipfs_mount_command_mounts_a_tls_server_with_its_ca_and_a_plaintext_mount_says_why_it_failed(
+) {
+    require_fuse!();
+    use std::process::Command;
+    let pki = ThrowawayPki::localhost().unwrap();
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    fs::write(export.path().join("hello"), b"over tls").unwrap();
+    let server = serve(export.path(), Some(&pki));
+    let addr = format!("127.0.0.1:{}", server.port);
+    let bin = crate::serve::hipfs_bin();
+
+    let out = Command::new(&bin)
+        .args(["mount", &addr])
+        .arg(mnt.path())
+        .args(["-o", "transport=tcp,timeout=5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requires TLS"), "{err}");
+    assert!(!hipfs_fusefs::is_mounted(mnt.path()).unwrap());
+
+    let out = Command::new(&bin)
+        .args(["mount", &addr])
+        .arg(mnt.path())
+        .args(["-o", &format!("transport=tcp,tls,ca={}", pki.ca.display())])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::read(mnt.path().join("hello")).unwrap(), b"over tls");
+    fs::write(mnt.path().join("back"), b"written over tls").unwrap();
+    assert_eq!(
+        fs::read(export.path().join("back")).unwrap(),
+        b"written over tls"
+    );
+    let out = Command::new(&bin)
+        .arg("umount")
+        .arg(mnt.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = std::time::Instant::now();
+    while hipfs_fusefs::is_mounted(mnt.path()).unwrap() {
+        assert!(t.elapsed() < Duration::from_secs(10), "still mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
