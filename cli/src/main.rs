@@ -102,6 +102,10 @@ enum BenchCmd {
         /// Repetitions; the median is reported.
         #[arg(long, default_value_t = 3)]
         repeats: usize,
+        /// Also measure the transport over TLS (a throwaway certificate
+        /// made for the run), in the same loop as the plaintext row.
+        #[arg(long)]
+        tls: bool,
     },
     /// RDMA WRITE and READ throughput with a chosen block size and depth,
     /// beside the plain-socket ceiling (TCP/auto only); for verbs, IP is an
@@ -189,11 +193,12 @@ fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
             size,
             lanes,
             repeats,
+            tls,
         } => {
             let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());
             let lanes = lanes.unwrap_or(cpus.min(4));
             Ok(bench::transport::run_transport_bench(
-                &kind, size, lanes, repeats,
+                &kind, size, lanes, repeats, tls,
             )?)
         }
         BenchCmd::TransportOps {

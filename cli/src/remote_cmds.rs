@@ -89,6 +89,14 @@ pub struct ServeArgs {
     /// reading its replies) before disconnecting it.
     #[arg(long, value_name = "S", default_value_t = 2.0)]
     pub ack_timeout: f64,
+    /// PEM certificate chain (leaf first): serve TCP over TLS, refusing
+    /// plaintext clients (they mount with -o tls,ca=FILE). Needs --tls-key.
+    /// Verbs connections are not encrypted; --sendfile reads are staged.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
@@ -102,7 +110,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M), hard (default: a request the server does not answer is retried until it answers or the caller is killed) or soft (fail after timeout=S, default 30).
+    /// Options: ro, allow_other, direct_io, noxattr, token_file=FILE, local_socket=PATH, tls,ca=FILE (TLS on TCP; tls_name=NAME: the name the certificate carries), attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M), hard (default: a request the server does not answer is retried until it answers or the caller is killed) or soft (fail after timeout=S, default 30).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.
@@ -183,6 +191,9 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
         cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
     }
     cfg.local_socket = args.local_socket.clone();
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        cfg.tls = Some(hipfs_rdma::TlsConfig::server(cert, key));
+    }
     cfg.policy = IdentityPolicy {
         squash_root: args.squash_root,
         no_root_squash: args.no_root_squash,
@@ -443,6 +454,11 @@ pub struct BenchRemoteArgs {
     /// (sendfile on TCP) instead of staging them (`hipfs serve --sendfile`).
     #[arg(long)]
     pub sendfile: bool,
+    /// Bench userspace: also read through a second server and mount that
+    /// use TLS (a throwaway certificate made for the run), in the same
+    /// rounds as the plaintext rows.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::MountBenchOptions> {
@@ -452,6 +468,7 @@ fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::Mou
         repeats: args.repeats,
         mount: MountOptions::parse(&args.options.join(","))?,
         server_sendfile: args.sendfile,
+        tls: args.tls,
     })
 }
 
@@ -517,6 +534,18 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
         ),
         &rows,
     );
+    // With --tls the last row is UserspaceFs over TLS, the third the same
+    // reads in plaintext, measured in the same rounds.
+    if let (true, Some(plain), Some(tls)) = (args.tls, rows.get(2), rows.last()) {
+        if plain.gib_per_s > 0.0 {
+            println!(
+                "TLS / plaintext UserspaceFs: {:.0}% ({:.2} vs {:.2} GiB/s)",
+                tls.gib_per_s / plain.gib_per_s * 100.0,
+                tls.gib_per_s,
+                plain.gib_per_s
+            );
+        }
+    }
     Ok(())
 }
 

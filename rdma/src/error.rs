@@ -73,6 +73,10 @@ pub enum Error {
     /// A work completion came back with an error status.
     #[error("work completion error: {0}")]
     Completion(String),
+    /// TLS could not be set up or failed: a certificate the peer does not
+    /// accept, a plaintext peer where TLS is required, a bad PEM file.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A socket or other OS I/O error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

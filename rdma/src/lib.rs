@@ -8,6 +8,12 @@
 //!   operations are frames that the peer's reader threads apply to its
 //!   registered regions (read straight from the socket into the region).
 //!
+//! **TLS.** With [`TransportConfig::tls`] every TCP lane runs over rustls
+//! (TLS 1.3): control messages and one-sided frames are encrypted and
+//! authenticated, a listener refuses plaintext clients, a client refuses a
+//! certificate its CA did not sign. Verbs traffic is not covered: it is as
+//! trusted as the fabric it crosses.
+//!
 //! A [`Connection`] has `lanes` QPs or TCP streams. Control messages are
 //! reliable and ordered; one-sided operations may be issued from many
 //! threads at once and large ones are striped across the lanes.
@@ -111,6 +117,54 @@ pub struct TransportConfig {
     pub chunk_size: usize,
     /// Receive buffers (= send credits) posted per verbs lane.
     pub recv_credits: usize,
+    /// TLS for every lane of a TCP connection (rustls); `None` is plain
+    /// TCP. The verbs transport ignores it: verbs traffic is as trusted as
+    /// the fabric it crosses. See [`TlsConfig`].
+    pub tls: Option<TlsConfig>,
+}
+
+/// TLS settings of the TCP transport. A listener needs `cert_chain` and
+/// `key`; a connecting side needs `ca`. One value may hold both (tests,
+/// benchmarks).
+///
+/// With TLS every byte of a TCP connection is encrypted and authenticated,
+/// one-sided frames included. What it costs: `write_remote_from_file`
+/// cannot hand file pages to the socket with `sendfile(2)` (the kernel
+/// would send plaintext), so its bytes are read into a buffer and
+/// encrypted (staged); frames are encrypted and decrypted in user space.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM file with the listener's certificate chain (leaf first).
+    pub cert_chain: Option<std::path::PathBuf>,
+    /// PEM file with the listener's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: Option<std::path::PathBuf>,
+    /// PEM file with the CA certificate(s) a connecting side trusts.
+    pub ca: Option<std::path::PathBuf>,
+    /// Name the listener's certificate must carry; `None`: the host part
+    /// of the address passed to [`connect`] (a DNS name or an IP address).
+    pub server_name: Option<String>,
+}
+
+impl TlsConfig {
+    /// A listener's settings: its certificate chain and key.
+    pub fn server(
+        cert_chain: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        TlsConfig {
+            cert_chain: Some(cert_chain.into()),
+            key: Some(key.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A connecting side's settings: the CA it trusts.
+    pub fn client(ca: impl Into<std::path::PathBuf>) -> Self {
+        TlsConfig {
+            ca: Some(ca.into()),
+            ..Default::default()
+        }
+    }
 }
 
 impl Default for TransportConfig {
@@ -122,6 +176,7 @@ impl Default for TransportConfig {
             op_timeout: Duration::from_secs(30),
             chunk_size: 1 << 20,
             recv_credits: 16,
+            tls: None,
         }
     }
 }
@@ -218,7 +273,9 @@ pub trait Connection: Send + Sync {
     /// the peer's region `remote` at `remote_off`, like [`write_remote`]
     /// but without a registered local buffer: the TCP transport hands the
     /// file's pages to the socket with `sendfile(2)`, so the bytes never
-    /// pass through user memory on this side. Returns once they are placed
+    /// pass through user memory on this side. With TLS the bytes must be
+    /// encrypted in user space, so they are read into a buffer first
+    /// (staged) and the call is no cheaper than `write_remote`. Returns once they are placed
     /// in the peer's memory, with the number of bytes that came from the
     /// file.
     ///

@@ -13,6 +13,7 @@ fn env() -> Env {
         kind: TransportKind::Tcp,
         bind: "127.0.0.1:0".into(),
         big: 64 << 20,
+        tls: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn env() -> Env {
         bind: format!("{ip}:0"),
         // Soft-RoCE under TCG moves ~35 MB/s: keep it small.
         big: 4 << 20,
+        tls: None,
     }
 }
 

@@ -47,6 +47,12 @@ pub struct MountOptions {
     /// the caller is killed; `soft` fails it after `timeout` (see
     /// [`ClientConfig::hard`] and README "Mount options").
     pub hard: bool,
+    /// TLS on TCP (`tls`, `ca=FILE` or `tls_ca=FILE`, optional
+    /// `tls_name=NAME`): the CA that signed the server's certificate.
+    pub tls_ca: Option<PathBuf>,
+    /// `tls_name=NAME`: the name the server's certificate must carry (the
+    /// server's host part by default).
+    pub tls_name: Option<String>,
 }
 
 impl Default for MountOptions {
@@ -65,6 +71,8 @@ impl Default for MountOptions {
             max_readahead: None,
             no_xattr: false,
             hard: true,
+            tls_ca: None,
+            tls_name: None,
         }
     }
 }
@@ -112,6 +120,7 @@ impl MountOptions {
     /// Parses a comma-separated `-o` list (several `-o` may be joined with commas).
     pub fn parse(list: &str) -> Result<MountOptions, RemoteError> {
         let mut o = MountOptions::default();
+        let mut tls = false;
         for opt in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = opt
                 .split_once('=')
@@ -130,6 +139,9 @@ impl MountOptions {
                 "soft" => o.hard = false,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
                 "local_socket" => o.local_socket = Some(PathBuf::from(need(v)?)),
+                "tls" => tls = true,
+                "ca" | "tls_ca" => o.tls_ca = Some(PathBuf::from(need(v)?)),
+                "tls_name" => o.tls_name = Some(need(v)?),
                 "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
                 "entry_timeout" => o.entry_timeout = Some(secs(k, &need(v)?)?),
                 "timeout" => o.timeout = secs(k, &need(v)?)?.max(Duration::from_millis(100)),
@@ -159,10 +171,20 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
+        }
+        if tls && o.tls_ca.is_none() {
+            return Err(RemoteError::Config(
+                "-o tls needs the CA that signed the server's certificate: -o tls,ca=FILE".into(),
+            ));
+        }
+        if o.tls_name.is_some() && o.tls_ca.is_none() {
+            return Err(RemoteError::Config(
+                "-o tls_name=NAME needs -o tls,ca=FILE".into(),
+            ));
         }
         Ok(o)
     }
@@ -179,6 +201,14 @@ impl MountOptions {
         }
         if let Some(p) = &self.local_socket {
             c.local_ticket = super::client::LocalTicket::At(p.clone());
+        }
+        if let Some(ca) = &self.tls_ca {
+            // Absolute: UserspaceFs processes get this path from the mount
+            // and may run in another directory.
+            c.tls = Some(hipfs_rdma::TlsConfig {
+                server_name: self.tls_name.clone(),
+                ..hipfs_rdma::TlsConfig::client(ca.canonicalize().unwrap_or_else(|_| ca.clone()))
+            });
         }
         Ok(c)
     }
@@ -320,6 +350,33 @@ mod tests {
             "max_readahead=x",
             "max_readahead",
         ] {
+            assert!(MountOptions::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn tls_options_name_the_ca_and_tls_without_a_ca_is_refused() {
+        for list in [
+            "tls,ca=/etc/hipfs/ca.pem",
+            "tls_ca=/etc/hipfs/ca.pem",
+            "ro,tls,tls_ca=/etc/hipfs/ca.pem",
+        ] {
+            let o = MountOptions::parse(list).unwrap();
+            assert_eq!(o.tls_ca, Some(PathBuf::from("/etc/hipfs/ca.pem")), "{list}");
+            let c = o.client_config("storage1").unwrap();
+            let t = c.tls.expect("TLS on");
+            assert_eq!(t.ca, Some(PathBuf::from("/etc/hipfs/ca.pem")));
+            assert_eq!(t.server_name, None);
+        }
+        let o = MountOptions::parse("tls,ca=/x.pem,tls_name=storage1.example").unwrap();
+        assert_eq!(o.tls_name.as_deref(), Some("storage1.example"));
+        assert!(MountOptions::parse("ro")
+            .unwrap()
+            .client_config("h")
+            .unwrap()
+            .tls
+            .is_none());
+        for bad in ["tls", "tls,ca=", "tls_name=x"] {
             assert!(MountOptions::parse(bad).is_err(), "{bad} accepted");
         }
     }

@@ -5,6 +5,7 @@
 pub mod gpu;
 pub mod read;
 pub mod remote;
+pub mod tls;
 pub mod transport;
 
 use hipfs::{Error, Result};

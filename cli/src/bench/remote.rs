@@ -38,6 +38,9 @@ pub struct MountBenchOptions {
     pub mount: MountOptions,
     /// The server sends placed reads from the file (`ServeConfig::send_from_file`).
     pub server_sendfile: bool,
+    /// `bench userspace`: also measure UserspaceFs reads over TLS (a second
+    /// server and mount, throwaway certificate), in the same rounds.
+    pub tls: bool,
 }
 
 /// A quick checksum of every byte: four independent lanes of 8 bytes so
@@ -281,7 +284,12 @@ impl FromBytesCompat for std::ffi::OsStr {
 }
 
 fn tempfile_dir() -> Result<PathBuf, RemoteError> {
-    let p = std::env::temp_dir().join(format!("hipfs-bench-mnt-{}", std::process::id()));
+    tempfile_dir_tagged("")
+}
+
+/// A second mountpoint of the same run (`tag` keeps it apart from the first).
+fn tempfile_dir_tagged(tag: &str) -> Result<PathBuf, RemoteError> {
+    let p = std::env::temp_dir().join(format!("hipfs-bench-mnt-{}{tag}", std::process::id()));
     std::fs::create_dir_all(&p)?;
     Ok(p)
 }
@@ -475,8 +483,30 @@ pub fn bench_userspace(
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let via_mount = mnt.join(file.file_name().unwrap_or_default());
+    // --tls: the same export through a TLS server and mount, read in the
+    // same rounds as the plaintext rows.
+    let tls = if opts.tls {
+        let pki = super::tls::ThrowawayPki::localhost()?;
+        let server = Server::start(ServeConfig {
+            send_from_file: opts.server_sendfile,
+            transport: hipfs_rdma::TransportKind::Tcp,
+            tls: Some(hipfs_rdma::TlsConfig::server(&pki.cert, &pki.key)),
+            ..ServeConfig::new(&dir, "127.0.0.1:0")
+        })?;
+        let mnt = tempfile_dir_tagged("-tls")?;
+        let mount_opts = MountOptions {
+            tls_ca: Some(pki.ca.clone()),
+            transport: hipfs_rdma::TransportKind::Tcp,
+            ..opts.mount.clone()
+        };
+        let mounted = mount_remote(server.local_addr(), &mnt, &mount_opts)?;
+        Some((pki, server, mnt, mounted))
+    } else {
+        None
+    };
     let lanes = hipfs::remote::client::userspace_lanes();
     let (mut us, mut fuse, mut ceil, mut multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut us_tls = Vec::new();
     let mut expect = None;
     let result = (|| {
         for i in 0..=opts.repeats.max(1) {
@@ -496,6 +526,19 @@ pub fn bench_userspace(
                 )));
             }
             expect = Some(s1);
+            if let Some((_, _, tmnt, _)) = &tls {
+                let via = tmnt.join(file.file_name().unwrap_or_default());
+                let (n3, s3, t3) =
+                    read_with_handle(&via, hipfs::FileHandleType::UserspaceFs, request, memory)?;
+                if n3 != size || s3 != s1 {
+                    return Err(RemoteError::Config(format!(
+                        "data mismatch over TLS: read {n3} bytes (sum {s3:x}), expected {size} (sum {s1:x})"
+                    )));
+                }
+                if i > 0 {
+                    us_tls.push(size as f64 / t3 / (1u64 << 30) as f64);
+                }
+            }
             if i > 0 {
                 us.push(size as f64 / t1 / (1u64 << 30) as f64);
                 fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
@@ -508,11 +551,16 @@ pub fn bench_userspace(
     mounted.unmount()?;
     server.shutdown(Duration::from_secs(2));
     let _ = std::fs::remove_dir(&mnt);
+    if let Some((_pki, server, mnt, mounted)) = tls {
+        mounted.unmount()?;
+        server.shutdown(Duration::from_secs(2));
+        let _ = std::fs::remove_dir(&mnt);
+    }
     result?;
     let c = median(ceil);
     let (u, f, mc) = (median(us), median(fuse), median(multi));
     let ratio = |x: f64| if c > 0.0 { x / c } else { 0.0 };
-    Ok(vec![
+    let mut rows = vec![
         MountBenchRow {
             path: "loopback TCP, one socket (ceiling)".into(),
             gib_per_s: c,
@@ -536,7 +584,19 @@ pub fn bench_userspace(
             gib_per_s: f,
             ratio: ratio(f),
         },
-    ])
+    ];
+    if !us_tls.is_empty() {
+        let t = median(us_tls);
+        rows.push(MountBenchRow {
+            path: format!(
+                "UserspaceFs + TLS, {} MiB requests, {lanes} lanes",
+                request >> 20
+            ),
+            gib_per_s: t,
+            ratio: ratio(t),
+        });
+    }
+    Ok(rows)
 }
 
 /// Prints the rows as a table.

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hipfs_rdma::{Error, OwnedRegion, Result, TransportConfig, TransportKind};
+use hipfs_rdma::{Error, OwnedRegion, Result, TlsConfig, TransportConfig, TransportKind};
 
 use super::{median, print_table, BenchRow};
 
@@ -38,6 +38,8 @@ pub struct BenchSpec {
     pub depth: usize,
     /// Operation.
     pub op: BenchOp,
+    /// TLS on both ends (TCP only).
+    pub tls: Option<TlsConfig>,
 }
 
 /// One measured line of the table.
@@ -63,8 +65,13 @@ impl BenchResult {
 }
 
 /// RDMA WRITE throughput of `kind` over loopback: `size` bytes in 4 MiB
-/// blocks, `lanes` lanes.
-pub fn transport_throughput(kind: TransportKind, size: u64, lanes: usize) -> Result<BenchResult> {
+/// blocks, `lanes` lanes, over TLS when `tls` is given.
+pub fn transport_throughput(
+    kind: TransportKind,
+    size: u64,
+    lanes: usize,
+    tls: Option<TlsConfig>,
+) -> Result<BenchResult> {
     run(&BenchSpec {
         kind,
         addr: "127.0.0.1:0".into(),
@@ -73,6 +80,7 @@ pub fn transport_throughput(kind: TransportKind, size: u64, lanes: usize) -> Res
         lanes,
         depth: lanes.max(1),
         op: BenchOp::Write,
+        tls,
     })
 }
 
@@ -87,6 +95,7 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
     let cfg = TransportConfig {
         kind: spec.kind,
         lanes: spec.lanes,
+        tls: spec.tls.clone(),
         ..TransportConfig::default()
     };
     let listener = hipfs_rdma::listen(&spec.addr, &cfg)?;
@@ -144,7 +153,8 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
     drop((cr, sr));
     Ok(BenchResult {
         name: format!(
-            "{kind} {} {} lanes {} KiB x{}",
+            "{kind}{} {} {} lanes {} KiB x{}",
+            if spec.tls.is_some() { "+tls" } else { "" },
             match spec.op {
                 BenchOp::Write => "write",
                 BenchOp::Read => "read",
@@ -208,43 +218,73 @@ pub fn run_transport_bench(
     size: u64,
     lanes: usize,
     repeats: usize,
+    tls: bool,
 ) -> hipfs::Result<()> {
     let kind: TransportKind = kind
         .parse()
         .map_err(|e| hipfs::Error::new(hipfs::OpError::InvalidValue, format!("{e}")))?;
     let err = |e: Error| hipfs::Error::new(hipfs::OpError::DriverError, e.to_string());
+    // With --tls: a throwaway CA for this run, and a TLS row measured in
+    // the same loop as the plaintext one (same machine state, same run).
+    let pki = if tls {
+        Some(super::tls::ThrowawayPki::localhost().map_err(|e| err(Error::Io(e)))?)
+    } else {
+        None
+    };
     let mut ceiling = Vec::new();
     let mut ours = Vec::new();
+    let mut secured = Vec::new();
     let mut name = String::new();
+    let mut tls_name = String::new();
     for _ in 0..repeats.max(1) {
         let c = plain_socket_copy(size).map_err(err)?;
         ceiling.push(c.elapsed);
-        let t = transport_throughput(kind, size, lanes).map_err(err)?;
+        let t = transport_throughput(kind, size, lanes, None).map_err(err)?;
         name = t.name.clone();
         ours.push(t.elapsed);
+        if let Some(p) = &pki {
+            let t = transport_throughput(kind, size, lanes, Some(p.both())).map_err(err)?;
+            tls_name = t.name.clone();
+            secured.push(t.elapsed);
+        }
     }
     let gib = |d: Duration| size as f64 / d.as_secs_f64() / (1u64 << 30) as f64;
     let c = gib(median(ceiling));
     let o = gib(median(ours));
+    let mut rows = vec![
+        BenchRow {
+            name: "ceiling: plain socket copy".to_string(),
+            gib_per_s: c,
+            ratio: 1.0,
+        },
+        BenchRow {
+            name,
+            gib_per_s: o,
+            ratio: o / c,
+        },
+    ];
+    let s = (!secured.is_empty()).then(|| gib(median(secured)));
+    if let Some(s) = s {
+        rows.push(BenchRow {
+            name: tls_name,
+            gib_per_s: s,
+            ratio: s / c,
+        });
+    }
     print_table(
         &format!(
             "hipfs bench transport: {} per run on loopback, median of {}",
             size,
             repeats.max(1)
         ),
-        &[
-            BenchRow {
-                name: "ceiling: plain socket copy".to_string(),
-                gib_per_s: c,
-                ratio: 1.0,
-            },
-            BenchRow {
-                name,
-                gib_per_s: o,
-                ratio: o / c,
-            },
-        ],
+        &rows,
     );
+    if let Some(s) = s {
+        println!(
+            "TLS / plaintext transport: {:.0}% ({s:.2} vs {o:.2} GiB/s)",
+            s / o * 100.0
+        );
+    }
     Ok(())
 }
 
@@ -289,6 +329,7 @@ pub fn run_transport_ops(
             lanes,
             depth,
             op,
+            tls: None,
         })
         .map_err(err)?;
         let ratio = ceiling

@@ -17,5 +17,6 @@ mod remote_limits;
 mod remote_posix;
 mod remote_scripts;
 mod remote_security;
+mod remote_tls;
 mod remote_userspace;
 mod remote_verbs_vm;

@@ -260,8 +260,35 @@ pub fn encode_hello_ack(max_message: u32) -> [u8; HELLO_ACK_LEN] {
     b
 }
 
+/// Byte 9 of a hello answer from a TLS listener to a plaintext hello: it
+/// refuses, and says why, in the one format a plaintext peer can read.
+const REFUSED_NEEDS_TLS: u8 = 1;
+
+/// Whether `b` starts like a [`Hello`] (a plaintext peer), as opposed to a
+/// TLS record.
+pub fn is_plain_hello(b: &[u8]) -> bool {
+    b.starts_with(&HELLO_MAGIC)
+}
+
+/// A TLS listener's answer to a plaintext hello.
+pub fn encode_hello_refusal_needs_tls() -> [u8; HELLO_ACK_LEN] {
+    let mut b = [0u8; HELLO_ACK_LEN];
+    b[0..8].copy_from_slice(&HELLO_MAGIC);
+    b[8] = VERSION;
+    b[9] = REFUSED_NEEDS_TLS;
+    b
+}
+
 /// Parses the answer: the listener's largest control message.
 pub fn decode_hello_ack(b: &[u8; HELLO_ACK_LEN]) -> Result<u32> {
+    if b[0..8] == HELLO_MAGIC && b[9] == REFUSED_NEEDS_TLS {
+        return Err(Error::Tls(
+            "the listener requires TLS and this side connected in plaintext: \
+             configure the CA that signed the listener's certificate \
+             (hipfs: mount -o tls,ca=FILE)"
+                .into(),
+        ));
+    }
     if b[0..8] != HELLO_MAGIC || b[8] != VERSION {
         return Err(Error::Protocol("bad hello answer from listener".into()));
     }

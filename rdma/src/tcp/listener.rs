@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
-use super::conn::{ConnParams, TcpConnection};
+use super::conn::{ConnParams, LaneSock, TcpConnection};
 use super::frame::{self, Hello, HELLO_ACK_LEN, HELLO_LEN};
-use super::{random_u64, sock};
+use super::{random_u64, sock, tls};
 use crate::{Connection, Error, Listener, Result, TransportConfig};
 
 /// Listener of the TCP transport.
@@ -26,25 +26,33 @@ pub struct TcpListener {
 }
 
 struct Group {
-    streams: Vec<Option<TcpStream>>,
+    streams: Vec<Option<LaneSock>>,
     max_message: u32,
     started: Instant,
 }
 
 type Groups = Arc<Mutex<HashMap<u64, Group>>>;
 
+type ServerTls = Option<Arc<rustls::ServerConfig>>;
+
+static HANDSHAKE_LOG: crate::RateLimitedLog =
+    crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
+
 impl TcpListener {
     pub(crate) fn bind(addr: &str, cfg: &TransportConfig) -> Result<Self> {
         let l = std::net::TcpListener::bind(addr)
             .map_err(|e| Error::InvalidArgument(format!("cannot listen on '{addr}': {e}")))?;
         let local = l.local_addr()?;
+        // Read the certificate and key now: a bad file fails `listen`,
+        // not every connection later.
+        let tls: ServerTls = cfg.tls.as_ref().map(tls::server_config).transpose()?;
         let closed = Arc::new(AtomicBool::new(false));
         let (tx, rx) = unbounded();
         let cfg = cfg.clone();
         let c = closed.clone();
         std::thread::Builder::new()
             .name("hipfs-tcp-accept".into())
-            .spawn(move || accept_loop(l, cfg, c, tx))?;
+            .spawn(move || accept_loop(l, cfg, tls, c, tx))?;
         Ok(TcpListener {
             addr: local,
             closed,
@@ -56,6 +64,7 @@ impl TcpListener {
 fn accept_loop(
     l: std::net::TcpListener,
     cfg: TransportConfig,
+    tls: ServerTls,
     closed: Arc<AtomicBool>,
     ready: Sender<Result<TcpConnection>>,
 ) {
@@ -78,27 +87,62 @@ fn accept_loop(
                 continue;
             }
         };
-        let (groups, cfg, ready) = (groups.clone(), cfg.clone(), ready.clone());
+        let (groups, cfg, ready, tls) = (groups.clone(), cfg.clone(), ready.clone(), tls.clone());
         // Handshake off the accept thread: a silent client must not stall others.
         let _ = std::thread::Builder::new()
             .name("hipfs-tcp-hello".into())
             .spawn(move || {
-                if let Err(e) = handshake(s, &groups, &cfg, &ready) {
-                    log::warn!("tcp handshake failed: {e}");
+                if let Err(e) = handshake(s, &groups, &cfg, tls.as_ref(), &ready) {
+                    // Any peer can fail handshakes at will (one per lane):
+                    // one line per interval, not one per attempt.
+                    HANDSHAKE_LOG.warn(|| format!("tcp handshake failed: {e}"));
                 }
             });
     }
 }
 
 fn handshake(
-    s: TcpStream,
+    mut s: TcpStream,
     groups: &Groups,
     cfg: &TransportConfig,
+    tls: Option<&Arc<rustls::ServerConfig>>,
     ready: &Sender<Result<TcpConnection>>,
 ) -> Result<()> {
     s.set_read_timeout(Some(cfg.op_timeout))?;
+    s.set_write_timeout(Some(cfg.op_timeout))?;
     s.set_nodelay(true)?;
-    let hello = Hello::decode(&sock::recv_array::<HELLO_LEN>(s.as_raw_fd())?)?;
+    let (hello, session) = match tls {
+        None => (
+            Hello::decode(&sock::recv_array::<HELLO_LEN>(s.as_raw_fd())?)?,
+            None,
+        ),
+        Some(sc) => {
+            let peer = s
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|_| "?".into());
+            let mut first = [0u8; 8];
+            let n = sock::peek(s.as_raw_fd(), &mut first)?;
+            if frame::is_plain_hello(&first[..n]) {
+                // Take the hello first: closing with unread bytes would
+                // reset the connection before the client reads why.
+                let _ = sock::recv_array::<HELLO_LEN>(s.as_raw_fd());
+                let _ = s.write_all(&frame::encode_hello_refusal_needs_tls());
+                let _ = s.shutdown(Shutdown::Write);
+                return Err(Error::Tls(format!(
+                    "refused a plaintext client at {peer}: this listener requires TLS"
+                )));
+            }
+            let mut c = rustls::Connection::Server(
+                rustls::ServerConnection::new(sc.clone()).map_err(|e| Error::Tls(e.to_string()))?,
+            );
+            tls::handshake(&mut c, &mut s, &peer, cfg.op_timeout)?;
+            let mut b = [0u8; HELLO_LEN];
+            tls::read_exact(&mut c, &mut s, &mut b)
+                .map_err(|e| tls::handshake_error(e, &peer, cfg.op_timeout))?;
+            (Hello::decode(&b)?, Some(c))
+        }
+    };
     let complete = {
         let mut g = groups.lock().unwrap_or_else(|p| p.into_inner());
         let group = g.entry(hello.token).or_insert_with(|| Group {
@@ -111,7 +155,10 @@ fn handshake(
         {
             return Err(Error::Protocol("inconsistent lane hello".into()));
         }
-        group.streams[hello.lane as usize] = Some(s);
+        group.streams[hello.lane as usize] = Some(LaneSock {
+            stream: s,
+            tls: session,
+        });
         if group.streams.iter().all(Option::is_some) {
             g.remove(&hello.token)
         } else {
@@ -122,9 +169,13 @@ fn handshake(
         return Ok(());
     };
     let max_message = (cfg.max_message as u32).min(group.max_message);
-    let mut streams: Vec<TcpStream> = group.streams.into_iter().flatten().collect();
-    for s in &mut streams {
-        s.write_all(&frame::encode_hello_ack(cfg.max_message as u32))?;
+    let mut streams: Vec<LaneSock> = group.streams.into_iter().flatten().collect();
+    let ack = frame::encode_hello_ack(cfg.max_message as u32);
+    for l in &mut streams {
+        match &mut l.tls {
+            None => l.stream.write_all(&ack)?,
+            Some(c) => tls::write_all(c, &mut l.stream, &ack)?,
+        }
     }
     let conn = TcpConnection::start(
         streams,
@@ -195,6 +246,10 @@ impl TcpConnection {
             .next()
             .ok_or_else(|| Error::InvalidArgument(format!("'{addr}' resolves to nothing")))?;
         let token = random_u64()?;
+        let client_tls = match &cfg.tls {
+            Some(t) => Some((tls::client_config(t)?, tls::server_name(t, addr)?)),
+            None => None,
+        };
         let mut streams = Vec::with_capacity(cfg.lanes);
         let mut peer_max = u32::MAX;
         for lane in 0..cfg.lanes {
@@ -205,26 +260,48 @@ impl TcpConnection {
                 })?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(cfg.op_timeout))?;
+            s.set_write_timeout(Some(cfg.op_timeout))?;
+            let mut session = match &client_tls {
+                None => None,
+                Some((cc, name)) => {
+                    let mut c = rustls::Connection::Client(
+                        rustls::ClientConnection::new(cc.clone(), name.clone())
+                            .map_err(|e| Error::Tls(e.to_string()))?,
+                    );
+                    tls::handshake(&mut c, &mut s, addr, cfg.op_timeout)?;
+                    Some(c)
+                }
+            };
             let hello = Hello {
                 token,
                 lane: lane as u16,
                 lanes: cfg.lanes as u16,
                 max_message: cfg.max_message as u32,
             };
-            s.write_all(&hello.encode())?;
-            streams.push(s);
+            match &mut session {
+                None => s.write_all(&hello.encode())?,
+                Some(c) => tls::write_all(c, &mut s, &hello.encode())?,
+            }
+            streams.push(LaneSock {
+                stream: s,
+                tls: session,
+            });
         }
         // The listener answers only when every lane has arrived.
-        for s in &streams {
-            let ack =
-                sock::recv_array::<HELLO_ACK_LEN>(s.as_raw_fd()).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                        Error::Timeout(cfg.op_timeout)
-                    }
-                    _ => Error::Disconnected(format!(
-                        "listener at {addr} refused the connection: {e}"
-                    )),
-                })?;
+        for l in &mut streams {
+            let got = match &mut l.tls {
+                None => sock::recv_array::<HELLO_ACK_LEN>(l.stream.as_raw_fd()),
+                Some(c) => {
+                    let mut b = [0u8; HELLO_ACK_LEN];
+                    tls::read_exact(c, &mut l.stream, &mut b).map(|()| b)
+                }
+            };
+            let ack = got.map_err(|e| match e.kind() {
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                    Error::Timeout(cfg.op_timeout)
+                }
+                _ => Error::Disconnected(format!("listener at {addr} refused the connection: {e}")),
+            })?;
             peer_max = peer_max.min(frame::decode_hello_ack(&ack)?);
         }
         TcpConnection::start(

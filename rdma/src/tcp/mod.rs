@@ -8,6 +8,8 @@ mod gate;
 mod listener;
 mod regions;
 mod sock;
+mod stream;
+mod tls;
 
 pub use conn::TcpConnection;
 pub use listener::TcpListener;

@@ -63,18 +63,6 @@ pub unsafe fn recv_exact(fd: RawFd, mut ptr: *mut u8, mut len: usize) -> io::Res
     Ok(())
 }
 
-/// Writes all of `b` (see [`send_all`]).
-pub fn send_bytes(fd: RawFd, b: &[u8], more: bool) -> io::Result<()> {
-    // SAFETY: `b` is readable for its length for the whole call.
-    unsafe { send_all(fd, b.as_ptr(), b.len(), more) }
-}
-
-/// Fills all of `b` from the socket (see [`recv_exact`]).
-pub fn recv_bytes(fd: RawFd, b: &mut [u8]) -> io::Result<()> {
-    // SAFETY: `b` is writable for its length for the whole call.
-    unsafe { recv_exact(fd, b.as_mut_ptr(), b.len()) }
-}
-
 /// Reads into a fixed-size array.
 pub fn recv_array<const N: usize>(fd: RawFd) -> io::Result<[u8; N]> {
     let mut b = [0u8; N];
@@ -167,4 +155,120 @@ pub fn send_zeros(sock: RawFd, mut len: u64) -> io::Result<()> {
         len -= n as u64;
     }
     Ok(())
+}
+
+/// Reads whatever the socket has (at least one byte, blocking), up to
+/// `b.len()`; 0 means the peer closed. The TLS lanes read ciphertext
+/// through this into their own buffer.
+pub fn recv_some(fd: RawFd, b: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `b` is writable for its length for the whole call.
+        let n = unsafe { libc::recv(fd, b.as_mut_ptr().cast(), b.len(), 0) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Looks at the first `b.len()` bytes the peer sent without taking them
+/// (waits until that many are there, or the peer closes, or the socket's
+/// read timeout passes). Returns how many it saw.
+pub fn peek(fd: RawFd, b: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `b` is writable for its length for the whole call.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                b.as_mut_ptr().cast(),
+                b.len(),
+                libc::MSG_PEEK | libc::MSG_WAITALL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Appends `len` bytes at `src` to `dst` (a TLS lane stages a region's
+/// bytes before encrypting them), without forming a reference to memory
+/// the application may be changing.
+///
+/// # Safety
+/// `[src, src+len)` must be readable for the duration of the call.
+pub unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, len: usize) {
+    dst.reserve(len);
+    let at = dst.len();
+    // SAFETY: `reserve` made room for `len` more bytes past `at`; the
+    // caller guarantees the source range is readable; a Vec's buffer
+    // never overlaps the caller's memory.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(at), len);
+        dst.set_len(at + len);
+    }
+}
+
+/// Copies `src` to `dst` (decrypted bytes into a registered region).
+///
+/// # Safety
+/// `[dst, dst+src.len())` must be writable for the duration of the call.
+pub unsafe fn copy_to_raw(dst: *mut u8, src: &[u8]) {
+    // SAFETY: the caller guarantees the destination range is writable;
+    // `src` is a buffer of the TLS session, never the caller's memory.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
+}
+
+/// Sends as much of `bufs` as the socket takes now, without waiting
+/// (`MSG_DONTWAIT`; the socket itself stays blocking for the lane's
+/// reader). `WouldBlock` when it takes nothing. A TLS lane sends its
+/// session's ciphertext through this while holding the session lock, so
+/// it never waits on the peer with the lock held.
+pub fn send_vectored_now(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain old data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is ABI compatible with iovec on Unix (documented by std);
+    // sendmsg only reads the slices.
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len() as _;
+    loop {
+        // SAFETY: `msg` points at `bufs`, valid for the call; MSG_NOSIGNAL:
+        // a dead peer is EPIPE, not SIGPIPE.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Waits until the socket has room to send, or has failed or been shut
+/// down (then the next send says why).
+pub fn wait_writable(fd: RawFd) -> io::Result<()> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `pfd` is one valid pollfd, borrowed for the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if n >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }

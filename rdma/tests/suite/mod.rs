@@ -3,6 +3,9 @@
 //! naming the transport and the address to listen on.
 #![allow(dead_code)]
 
+pub mod pki;
+pub mod relay;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -10,8 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hipfs_rdma::{
-    connect, listen, Connection, Error, Listener, LocalRegion, RemoteDescriptor, TransportConfig,
-    TransportKind,
+    connect, listen, Connection, Error, Listener, LocalRegion, RemoteDescriptor, TlsConfig,
+    TransportConfig, TransportKind,
 };
 
 pub struct Env {
@@ -20,6 +23,8 @@ pub struct Env {
     pub bind: String,
     /// Size of the "large" transfer.
     pub big: usize,
+    /// TLS for both sides (TCP only).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Env {
@@ -27,6 +32,7 @@ impl Env {
         TransportConfig {
             kind: self.kind,
             op_timeout: Duration::from_secs(20),
+            tls: self.tls.clone(),
             ..TransportConfig::default()
         }
     }

@@ -12,6 +12,7 @@
 //! in flight together.
 
 use std::os::fd::RawFd;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::TransportKind;
@@ -44,6 +45,11 @@ pub struct FileIdentity {
     pub timeout_ms: u64,
     /// The mount's `transport=` (payloads from older mounts say nothing: Auto).
     pub transport: TransportKind,
+    /// The mount's TLS CA file (`-o tls,ca=FILE`): a process's own
+    /// connection uses TLS too. None: plaintext.
+    pub tls_ca: Option<PathBuf>,
+    /// The server name the mount checks the certificate for, if not the host.
+    pub tls_name: Option<String>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -80,6 +86,15 @@ impl FileIdentity {
         if self.timeout_ms > 0 {
             s.push_str(&format!("timeout_ms={}\n", self.timeout_ms));
         }
+        if let Some(t) = &self.tls_ca {
+            s.push_str(&format!(
+                "tls_ca={}\n",
+                hex(t.as_os_str().as_encoded_bytes())
+            ));
+        }
+        if let Some(n) = &self.tls_name {
+            s.push_str(&format!("tls_name={}\n", hex(n.as_bytes())));
+        }
         s.into_bytes()
     }
 
@@ -99,6 +114,8 @@ impl FileIdentity {
             write: false,
             timeout_ms: 0,
             transport: TransportKind::Auto,
+            tls_ca: None,
+            tls_name: None,
         };
         for l in lines {
             let (k, v) = l.split_once('=')?;
@@ -112,6 +129,11 @@ impl FileIdentity {
                 "write" => id.write = v.parse().ok()?,
                 "timeout_ms" => id.timeout_ms = v.parse().ok()?,
                 // "token_file" of older mounts is deliberately not read.
+                "tls_ca" => {
+                    use std::os::unix::ffi::OsStringExt;
+                    id.tls_ca = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
+                }
+                "tls_name" => id.tls_name = Some(String::from_utf8(unhex(v)?).ok()?),
                 _ => {}
             }
         }
@@ -489,6 +511,12 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
             "hipfs mount gave no capability for the file (an older mount: remount with this release)",
         ));
     };
+    if let Some(ca) = &id.tls_ca {
+        cfg.tls = Some(hipfs_rdma::TlsConfig {
+            server_name: id.tls_name.clone(),
+            ..hipfs_rdma::TlsConfig::client(ca)
+        });
+    }
     let flags = hipfs_sys::fs::get_status_flags(fd)
         .map_err(|e| Error::system(e.raw_os_error().unwrap_or(libc::EIO), "fcntl(F_GETFL)"))?;
     let mount_fd = Arc::new(hipfs_sys::fs::dup_cloexec(fd).map_err(|e| {
@@ -525,6 +553,8 @@ mod tests {
             write: true,
             timeout_ms: 2500,
             transport: TransportKind::Tcp,
+            tls_ca: Some("/etc/hipfs/ca.pem".into()),
+            tls_name: Some("storage1".into()),
         };
         assert_eq!(FileIdentity::decode(&id.encode()), Some(id.clone()));
         let evil = FileIdentity {

@@ -168,6 +168,7 @@ impl Link {
         if cfg.lanes > 0 {
             tcfg.lanes = cfg.lanes;
         }
+        tcfg.tls = cfg.tls.clone();
         let conn: Arc<dyn Connection> = Arc::from(hipfs_rdma::connect(&cfg.server, &tcfg)?);
         let (welcome, seal, open) = match handshake(conn.as_ref(), cfg, epoch) {
             Ok(w) => w,

@@ -71,6 +71,9 @@ pub struct ClientConfig {
     /// failing after `timeout` (see the module docs). Off for library
     /// clients (UserspaceFs), on for mounts unless `-o soft`.
     pub hard: bool,
+    /// TLS on the TCP transport (`-o tls,ca=FILE`): the CA that signed the
+    /// server's certificate and, optionally, the name to check.
+    pub tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 /// A capability for one open file, and how to get a new one when the
@@ -142,6 +145,7 @@ impl ClientConfig {
             capability: None,
             unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             hard: false,
+            tls: None,
         }
     }
 }
@@ -625,6 +629,7 @@ struct ClientKey {
     token_file: Option<PathBuf>,
     token: Option<Token>,
     lanes: usize,
+    tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 impl ClientKey {
@@ -635,6 +640,7 @@ impl ClientKey {
             token_file: cfg.token_file.clone(),
             token: cfg.token.clone(),
             lanes: cfg.lanes,
+            tls: cfg.tls.clone(),
         }
     }
 }

@@ -77,6 +77,12 @@ pub struct ServeConfig {
     /// Accept clients that ask for no message authentication after the
     /// handshake (`HIPFS_UNAUTHENTICATED_MESSAGES=1`): only for measuring its cost.
     pub allow_unauthenticated_messages: bool,
+    /// TLS on the TCP transport (`--tls-cert`, `--tls-key`): the
+    /// certificate chain and key. Every byte of a TCP connection is then
+    /// encrypted and authenticated, and plaintext clients are refused.
+    /// Verbs connections are not covered (as trusted as the fabric), and
+    /// `send_from_file` stages its reads (sendfile cannot encrypt).
+    pub tls: Option<hipfs_rdma::TlsConfig>,
 }
 
 impl ServeConfig {
@@ -95,6 +101,7 @@ impl ServeConfig {
             limits: Limits::default(),
             local_socket: None,
             allow_unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
+            tls: None,
         }
     }
 }
@@ -180,7 +187,10 @@ impl Server {
         raise_fd_limit();
         let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
             &cfg.listen,
-            &server_transport_config(cfg.transport, cfg.limits.ack_timeout),
+            &TransportConfig {
+                tls: cfg.tls.clone(),
+                ..server_transport_config(cfg.transport, cfg.limits.ack_timeout)
+            },
         )?);
         let addr = listener.local_addr();
         let tickets = Arc::new(Tickets::default());

@@ -2,14 +2,14 @@
 //! and the reader (applies WRITE frames straight into registered memory,
 //! completes READ answers, queues control messages; never writes).
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver};
 
 use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
 use super::super::gate::cost;
-use super::super::sock;
+use super::super::stream::{RxStream, TxStream};
 use super::{io_to_disconnect, send_header, Job, Pending, Shared};
 use crate::{Error, Result};
 
@@ -17,7 +17,7 @@ static REFUSED_LOG: crate::RateLimitedLog =
     crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
 
 impl Shared {
-    pub(super) fn sender_loop(&self, fd: RawFd, jobs: Receiver<Job>) -> Result<()> {
+    pub(super) fn sender_loop(&self, mut tx: TxStream, jobs: Receiver<Job>) -> Result<()> {
         loop {
             let job = select! {
                 recv(jobs) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
@@ -27,18 +27,18 @@ impl Shared {
                 Job::Msg(m) => {
                     let mut h = Header::new(FrameKind::Msg);
                     h.len = m.len() as u64;
-                    send_header(fd, &h, !m.is_empty())?;
-                    sock::send_bytes(fd, &m, false)?;
+                    send_header(&mut tx, &h, !m.is_empty())?;
+                    tx.send_bytes(&m, false)?;
                     self.out_gate.release(cost(m.len()));
                 }
                 Job::Write { hdr, slot, local } => {
                     let guard = slot.lock();
                     match guard.and_then(|r| r.sub(local, hdr.len)) {
                         Some(p) => {
-                            send_header(fd, &hdr, true)?;
+                            send_header(&mut tx, &hdr, true)?;
                             // SAFETY: p..p+len lies inside a live registered
                             // region (checked under the slot lock, held now).
-                            unsafe { sock::send_all(fd, p, hdr.len as usize, false)? };
+                            unsafe { tx.send_raw(p, hdr.len as usize, false)? };
                         }
                         None => {
                             if let Some(op) = self.complete(hdr.op_id) {
@@ -50,14 +50,10 @@ impl Shared {
                     }
                 }
                 Job::WriteFile { hdr, src, off } => {
-                    send_header(fd, &hdr, true)?;
-                    let (file, at, len) = (src.fd.as_raw_fd(), src.start + off, hdr.len as usize);
-                    // A file system that cannot splice fails sendfile before
-                    // the first byte: copy through a buffer instead.
-                    let sent = match sock::send_file(fd, file, at, len) {
-                        Ok(n) => n,
-                        Err(_) => sock::send_file_copied(fd, src.fd.as_fd(), at, len)?,
-                    };
+                    send_header(&mut tx, &hdr, true)?;
+                    let (at, len) = (src.start + off, hdr.len as usize);
+                    // sendfile over plain TCP; staged and encrypted with TLS.
+                    let sent = tx.send_file(src.fd.as_fd(), at, len)?;
                     if sent < len {
                         // Tell the caller where the file data ends before
                         // the frame's last byte goes out (the peer's ack
@@ -65,10 +61,10 @@ impl Shared {
                         // header promised len bytes: pad, keeping the
                         // stream in step.
                         src.valid.fetch_min(off + sent as u64, Ordering::AcqRel);
-                        sock::send_zeros(fd, (len - sent) as u64)?;
+                        tx.send_zeros((len - sent) as u64)?;
                     }
                 }
-                Job::Header(h) => send_header(fd, &h, false)?,
+                Job::Header(h) => send_header(&mut tx, &h, false)?,
                 Job::ReadResp(req) => {
                     let mut h = Header::new(FrameKind::ReadResp);
                     h.op_id = req.op_id;
@@ -93,10 +89,10 @@ impl Shared {
                     if h.status != Status::Ok {
                         self.refused("READ", &req, h.status);
                     }
-                    send_header(fd, &h, src.is_some())?;
+                    send_header(&mut tx, &h, src.is_some())?;
                     if let Some(p) = src {
                         // SAFETY: inside a live registered region, under its lock.
-                        unsafe { sock::send_all(fd, p, req.len as usize, false)? };
+                        unsafe { tx.send_raw(p, req.len as usize, false)? };
                     }
                 }
             }
@@ -116,16 +112,16 @@ impl Shared {
     }
 
     /// Runs until the stream fails; returns why.
-    pub(super) fn reader_loop(&self, lane: usize, fd: RawFd) -> Error {
+    pub(super) fn reader_loop(&self, lane: usize, mut rx: RxStream) -> Error {
         loop {
-            if let Err(e) = self.read_frame(lane, fd) {
+            if let Err(e) = self.read_frame(lane, &mut rx) {
                 return e;
             }
         }
     }
 
-    fn read_frame(&self, lane: usize, fd: RawFd) -> Result<()> {
-        let raw = sock::recv_array::<HEADER_LEN>(fd).map_err(io_to_disconnect)?;
+    fn read_frame(&self, lane: usize, rx: &mut RxStream) -> Result<()> {
+        let raw = rx.recv_array::<HEADER_LEN>().map_err(io_to_disconnect)?;
         let h = Header::decode(&raw, self.max_message)?;
         match h.kind {
             FrameKind::Msg => {
@@ -136,7 +132,7 @@ impl Shared {
                     return Err(self.disconnected());
                 }
                 let mut m = vec![0u8; h.len as usize];
-                sock::recv_bytes(fd, &mut m).map_err(io_to_disconnect)?;
+                rx.recv_bytes(&mut m).map_err(io_to_disconnect)?;
                 let _ = self.msg_tx.send(m);
             }
             FrameKind::Write => {
@@ -147,8 +143,7 @@ impl Shared {
                         Some(p) => {
                             // SAFETY: p..p+len is inside a live region the
                             // application registered, under its lock.
-                            unsafe { sock::recv_exact(fd, p, h.len as usize) }
-                                .map_err(io_to_disconnect)?;
+                            unsafe { rx.recv_raw(p, h.len as usize) }.map_err(io_to_disconnect)?;
                             Status::Ok
                         }
                         None => Status::OutOfRange,
@@ -158,7 +153,7 @@ impl Shared {
                 drop(guard);
                 if status != Status::Ok {
                     self.refused("WRITE", &h, status);
-                    sock::discard(fd, h.len).map_err(io_to_disconnect)?;
+                    rx.discard(h.len).map_err(io_to_disconnect)?;
                 }
                 let mut ack = Header::new(FrameKind::WriteAck);
                 ack.op_id = h.op_id;
@@ -194,13 +189,13 @@ impl Shared {
                         match guard.and_then(|r| r.sub(local, len)) {
                             Some(p) => {
                                 // SAFETY: inside the live local region, under its lock.
-                                unsafe { sock::recv_exact(fd, p, len as usize) }
+                                unsafe { rx.recv_raw(p, len as usize) }
                                     .map_err(io_to_disconnect)?;
                                 Ok(())
                             }
                             None => {
                                 drop(guard);
-                                sock::discard(fd, len).map_err(io_to_disconnect)?;
+                                rx.discard(len).map_err(io_to_disconnect)?;
                                 Err(Error::InvalidArgument(
                                     "local region was deregistered during the read".into(),
                                 ))
@@ -213,7 +208,7 @@ impl Shared {
                     return Err(Error::Protocol("READ answer for a write".into()))
                 }
                 // The caller gave up (timeout): drop the bytes.
-                None => sock::discard(fd, h.payload_len()).map_err(io_to_disconnect)?,
+                None => rx.discard(h.payload_len()).map_err(io_to_disconnect)?,
             },
         }
         Ok(())

@@ -16,7 +16,7 @@ mod lanes;
 use super::frame::{FrameKind, Header};
 use super::gate::{cost, ByteGate, GateRefusal};
 use super::regions::{KeyTable, Range, Slot};
-use super::sock;
+use super::stream::{self, TxStream};
 use crate::descriptor::DescriptorTransport;
 use crate::region::RegionCache;
 use crate::{
@@ -104,6 +104,13 @@ struct PendingTable {
     ops: HashMap<u64, Pending>,
 }
 
+/// A lane after its hello: the socket, and the TLS session on it when the
+/// connection uses TLS.
+pub(crate) struct LaneSock {
+    pub stream: TcpStream,
+    pub tls: Option<rustls::Connection>,
+}
+
 struct Lane {
     stream: TcpStream,
     jobs: Sender<Job>,
@@ -153,17 +160,19 @@ pub(crate) struct ConnParams {
 
 impl TcpConnection {
     /// Starts the lane threads over handshaken streams (lane 0 first).
-    pub(crate) fn start(streams: Vec<TcpStream>, p: ConnParams) -> Result<Self> {
+    pub(crate) fn start(streams: Vec<LaneSock>, p: ConnParams) -> Result<Self> {
         let peer = streams
             .first()
-            .and_then(|s| s.peer_addr().ok())
+            .and_then(|s| s.stream.peer_addr().ok())
             .map(|a| a.to_string())
             .unwrap_or_else(|| "?".into());
         let (msg_tx, msg_rx) = unbounded();
         let (dead_tx, dead_rx) = bounded::<()>(0);
         let mut lanes = Vec::with_capacity(streams.len());
         let mut job_rxs = Vec::with_capacity(streams.len());
-        for s in streams {
+        let mut halves = Vec::with_capacity(streams.len());
+        for LaneSock { stream: s, tls } in streams {
+            halves.push(stream::halves(s.as_raw_fd(), tls));
             s.set_nodelay(true)?;
             s.set_read_timeout(None)?;
             s.set_write_timeout(None)?;
@@ -197,13 +206,12 @@ impl TcpConnection {
             read: AtomicU64::new(0),
             sent: AtomicU64::new(0),
         });
-        for (i, rx) in job_rxs.into_iter().enumerate() {
+        for (i, (rx, (tx_half, rx_half))) in job_rxs.into_iter().zip(halves).enumerate() {
             let sh = shared.clone();
-            let fd = sh.lanes[i].stream.as_raw_fd();
             std::thread::Builder::new()
                 .name(format!("hipfs-tcp-tx{i}"))
                 .spawn(move || {
-                    if let Err(e) = sh.sender_loop(fd, rx) {
+                    if let Err(e) = sh.sender_loop(tx_half, rx) {
                         sh.die(format!("lane {i} send failed: {e}"));
                     }
                 })?;
@@ -211,7 +219,7 @@ impl TcpConnection {
             std::thread::Builder::new()
                 .name(format!("hipfs-tcp-rx{i}"))
                 .spawn(move || {
-                    let e = sh.reader_loop(i, fd);
+                    let e = sh.reader_loop(i, rx_half);
                     sh.die(format!("lane {i}: {e}"));
                 })?;
         }
@@ -432,9 +440,9 @@ impl Shared {
     }
 }
 
-fn send_header(fd: RawFd, h: &Header, more: bool) -> Result<()> {
+fn send_header(tx: &mut TxStream, h: &Header, more: bool) -> Result<()> {
     let b = h.encode();
-    sock::send_bytes(fd, &b, more).map_err(io_to_disconnect)
+    tx.send_bytes(&b, more).map_err(io_to_disconnect)
 }
 
 fn io_to_disconnect(e: std::io::Error) -> Error {

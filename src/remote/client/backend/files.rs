@@ -232,6 +232,13 @@ impl RemoteFs {
             write,
             timeout_ms: self.client.cfg.timeout.as_millis() as u64,
             transport: self.client.cfg.transport,
+            tls_ca: self.client.cfg.tls.as_ref().and_then(|t| t.ca.clone()),
+            tls_name: self
+                .client
+                .cfg
+                .tls
+                .as_ref()
+                .and_then(|t| t.server_name.clone()),
         };
         Some(id.encode())
     }
