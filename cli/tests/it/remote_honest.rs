@@ -566,8 +566,9 @@ fn a_hard_mount_of_a_stopped_server_unmounts_while_a_reader_waits_on_it() {
     eprintln!("unmount with a reader waiting: {unmounted:?} after {took:?}");
     assert!(unmounted.is_ok(), "{unmounted:?}");
     // Without the teardown flag the retry loop held it until the
-    // connection was aborted (5 s grace).
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // connection was aborted (5 s grace); with it, it returns at once
+    // (milliseconds; the bound leaves room for a loaded 2-CPU machine).
+    assert!(took < Duration::from_secs(4), "took {took:?}");
     let r = rx
         .recv_timeout(Duration::from_secs(5))
         .expect("the reader never came back");

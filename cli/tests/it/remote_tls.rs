@@ -138,10 +138,15 @@ fn plaintext_on_the_wire(pki: Option<&ThrowawayPki>) -> bool {
     let mnt = tempfile::tempdir().unwrap();
     let server = serve(export.path(), pki);
     let relay = Relay::start(&format!("127.0.0.1:{}", server.port));
-    let opts = match pki {
+    let mut opts = match pki {
         Some(p) => tls_opts(p),
         None => MountOptions::parse("transport=tcp").unwrap(),
     };
+    // The relay's port is not the server's: name the server's ticket socket.
+    opts.local_socket = Some(crate::remote_common::local_socket_of(&format!(
+        "127.0.0.1:{}",
+        server.port
+    )));
     let m = mount_remote(&relay.addr, mnt.path(), &opts).unwrap();
     let canary: Vec<u8> = b"HIPFS-TLS-WIRE-CANARY-".repeat(48 * 1024);
     let name = "secret-canary-file-name";
