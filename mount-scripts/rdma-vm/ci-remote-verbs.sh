@@ -19,13 +19,15 @@ if [ "${1:-}" = "--guest-cli" ]; then
   D=$(mktemp -d /dev/shm/hipfs-export.XXXX); M=$(mktemp -d /dev/shm/hipfs-mnt.XXXX)
   ADDR=${HIPFS_VM_IP:-10.99.0.1}:7479
   head -c 3000017 /dev/urandom > "$D/f"
-  "$BIN" serve "$D" --listen "$ADDR" --transport verbs --insecure 2>"$D.serve.log" &
+  # Not loopback, so no default ticket socket: name one on the guest's tmpfs
+  # (root's ticket makes the mount a trusted host, as on a real client).
+  "$BIN" serve "$D" --listen "$ADDR" --transport verbs --insecure --local-socket "$D.sock" 2>"$D.serve.log" &
   SPID=$!
   # || true: set -e applies inside the trap too and would replace our status.
   trap 'umount -l "$M" 2>/dev/null || true; kill $SPID 2>/dev/null || true; wait $SPID 2>/dev/null || true' EXIT
   ok=0
   for _ in $(seq 50); do
-    if "$BIN" mount "$ADDR" "$M" -o transport=verbs,timeout=20 2>"$D.mount.log"; then ok=1; break; fi
+    if "$BIN" mount "$ADDR" "$M" -o transport=verbs,timeout=20,local_socket="$D.sock" 2>"$D.mount.log"; then ok=1; break; fi
     sleep 0.2
   done
   [ $ok = 1 ] || { echo "hipfs mount -o transport=verbs failed:"; cat "$D.mount.log" "$D.serve.log"; exit 1; }
