@@ -133,3 +133,42 @@ impl Drop for OwnedRegion {
         drop(self.release());
     }
 }
+
+/// `len` bytes inside a live registered TCP region, found by a
+/// bounds-checked lookup ([`RegisteredSpan::within`]): the one place where
+/// the TCP transport moves bytes between the socket and registered memory.
+///
+/// A [`Range`](crate::tcp::regions::Range) exists only for memory handed to
+/// the unsafe `Connection::register`, whose contract keeps the memory valid
+/// until the region is dropped; the key table's slot lock, held by the
+/// caller while the span is used, keeps the region from being dropped
+/// meanwhile. The bytes are never formed into Rust references: the peer (or
+/// the application, for memory it lent) may change them concurrently.
+pub(crate) struct RegisteredSpan {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RegisteredSpan {
+    /// `[addr, addr+len)` when it lies inside `range`.
+    pub(crate) fn within(range: &crate::tcp::regions::Range, addr: u64, len: u64) -> Option<Self> {
+        let len = usize::try_from(len).ok()?;
+        range
+            .sub(addr, len as u64)
+            .map(|ptr| RegisteredSpan { ptr, len })
+    }
+
+    /// Sends the span's bytes to the socket.
+    pub(crate) fn send(&self, fd: std::os::fd::RawFd, more: bool) -> std::io::Result<()> {
+        // SAFETY: inside a live registered region (see the type's doc),
+        // readable for the call.
+        unsafe { crate::tcp::sock::send_all(fd, self.ptr, self.len, more) }
+    }
+
+    /// Fills the span with exactly its length of bytes from the socket.
+    pub(crate) fn recv(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        // SAFETY: inside a live registered region (see the type's doc),
+        // writable for the call.
+        unsafe { crate::tcp::sock::recv_exact(fd, self.ptr, self.len) }
+    }
+}

@@ -6,8 +6,8 @@ mod conn;
 pub mod frame;
 mod gate;
 mod listener;
-mod regions;
-mod sock;
+pub(crate) mod regions;
+pub(crate) mod sock;
 
 pub use conn::TcpConnection;
 pub use listener::TcpListener;
