@@ -24,6 +24,7 @@ pub mod gpu;
 mod gpu_buffer;
 pub mod handle;
 pub mod io;
+mod lent;
 pub mod registry;
 pub mod remote;
 pub mod stats;

@@ -481,10 +481,14 @@ unsafe impl Sync for PinnedHost {}
 
 impl PinnedHost {
     /// `len` bytes from the runtime's pinned allocator.
+    /// The bytes are zeroed (once, here), so that they can be handed out
+    /// as a slice.
     pub fn alloc(rt: &'static dyn GpuRuntime, len: usize) -> Result<PinnedHost> {
         let addr = rt.alloc_pinned(len)?;
         let ptr = std::ptr::NonNull::new(addr as *mut u8)
             .ok_or_else(|| Error::new(OpError::InternalError, "pinned allocator gave NULL"))?;
+        // SAFETY: a fresh allocation of `len` writable bytes, ours alone.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         Ok(PinnedHost {
             rt,
             ptr,
@@ -525,6 +529,17 @@ impl PinnedHost {
     /// Whether no bytes are usable.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The memory, for the CPU. Only between the GPU's uses of it: an
+    /// async copy that reads or writes it (an `unsafe` runtime call) must
+    /// have completed.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the memory is ours (allocated zeroed in alloc(), or an
+        // anonymous mapping, which the kernel zeroes), `len` bytes, and
+        // borrowed exclusively through `&mut self`; a copy still in flight
+        // would be the broken contract of the unsafe call that started it
+        // (or is excluded by the scope's borrow).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

@@ -60,16 +60,17 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
-    /// Fills `len` bytes at `dst` from offset `off`.
-    ///
-    /// # Safety
-    /// `dst` must be valid for `len` bytes of writes.
-    unsafe fn fill(&self, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+    /// Fills `dst` from offset `off`.
+    fn fill(&self, dst: &mut [u8], off: u64) -> Result<usize> {
+        let len = dst.len();
         match self {
-            // SAFETY: the caller's guarantee.
-            Source::File(pf) => unsafe { read_range(pf, dst, len, off) },
+            Source::File(pf) => read_range(pf, dst, off),
             Source::Userspace(fs) => {
-                let n = fs.read(UserspaceBuf::Host { ptr: dst, len }, off)?;
+                let buf = UserspaceBuf::Host {
+                    ptr: dst.as_mut_ptr(),
+                    len,
+                };
+                let n = fs.read(buf, off)?;
                 if n > len {
                     return Err(Error::new(
                         OpError::InternalError,
@@ -81,18 +82,15 @@ impl Source<'_> {
         }
     }
 
-    /// Writes `len` bytes at `src` to offset `off`.
-    ///
-    /// # Safety
-    /// `src` must be valid for `len` bytes of reads.
-    unsafe fn drain(&self, src: *const u8, len: usize, off: u64) -> Result<usize> {
+    /// Writes `src` to offset `off`.
+    fn drain(&self, src: &[u8], off: u64) -> Result<usize> {
         match self {
-            // SAFETY: the caller's guarantee.
-            Source::File(pf) => unsafe { write_range(pf, src, len, off) },
+            Source::File(pf) => write_range(pf, src, off),
             Source::Userspace(fs) => {
+                // A write only reads the bytes (the UserspaceFs contract).
                 let buf = UserspaceBuf::Host {
-                    ptr: src as *mut u8,
-                    len,
+                    ptr: src.as_ptr().cast_mut(),
+                    len: src.len(),
                 };
                 fs.write(buf, off)
             }
@@ -106,6 +104,18 @@ impl Source<'_> {
             Source::Userspace(_) => IoPath::Remote,
         }
     }
+}
+
+/// The first `len` bytes of a slab (a plan slip past its end is an error,
+/// not a panic).
+fn slab(buf: &mut bounce_pool::PinnedBuf, len: usize) -> Result<&mut [u8]> {
+    let have = buf.len();
+    buf.as_mut_slice().get_mut(..len).ok_or_else(|| {
+        Error::new(
+            OpError::InternalError,
+            format!("a {len}-byte chunk does not fit a {have}-byte slab"),
+        )
+    })
 }
 
 /// The bounce pipeline between device memory and `src`.
@@ -215,15 +225,15 @@ impl Job<'_> {
         let mut k = 0usize;
         while let Some(i) = self.claim() {
             let (off, len, m) = (self.bounds)(i);
-            let slot = &lane.slots[k % depth];
+            let slot = &mut lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
             slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
-            // done with it (its event completed just above).
-            let r = unsafe { self.src.fill(slot.buf.ptr(), len, off) };
+            // The GPU is done with the slab (its event completed just above);
+            // it holds plan.slab >= len bytes.
+            let r = slab(&mut slot.buf, len).and_then(|dst| self.src.fill(dst, off));
             prof.file_ns += ns(t);
             if let Ok(got) = r {
                 if got > 0 {
@@ -291,13 +301,13 @@ impl Job<'_> {
                 break;
             };
             let (off, len, _) = (self.bounds)(i);
-            let slot = &lane.slots[s];
+            let slot = &mut lane.slots[s];
             let t = Instant::now();
             slot.event.synchronize()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // SAFETY: the slab holds len bytes copied from the device (its event completed).
-            let r = unsafe { self.src.drain(slot.buf.ptr(), len, off) };
+            // The slab holds len bytes copied from the device (its event completed).
+            let r = slab(&mut slot.buf, len).and_then(|src| self.src.drain(&*src, off));
             prof.file_ns += ns(t);
             if let Ok(put) = r {
                 stats::record_write(self.src.path(), put);

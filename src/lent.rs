@@ -1,0 +1,225 @@
+//! Lent memory: the one module where memory a caller lends to hipfs by
+//! address becomes `&[u8]` / `&mut [u8]`.
+//!
+//! hipFile's API takes memory as addresses: the C ABI's `hipFileRead(fh,
+//! buffer_base, ...)`, `hipFileBufRegister(ptr, len)`, the Python face, and
+//! the Rust face's [`Buffer`](crate::Buffer). Whoever creates such an
+//! address promises, through an `unsafe` constructor, that the bytes stay
+//! valid and that nothing else touches them while an I/O on them runs:
+//! [`Buffer::new`](crate::Buffer::new) (`unsafe fn`), the C ABI's `unsafe
+//! extern "C"` functions (their documented contract), or
+//! [`Buffer::from_slice`](crate::Buffer::from_slice), which establishes it
+//! by borrowing a `&mut [u8]` for the buffer's life. The engine then checks
+//! each request against the registered length (`io::validate`) and carries
+//! it as a [`LentSpan`].
+//!
+//! This module turns those spans into slices, so that everything above it
+//! (the host path, the staged path's file side, the remote client) is safe
+//! code over slices:
+//! - [`LentChunks`] cuts a request into chunks at file-offset multiples and
+//!   hands each chunk out exactly once, as a `&mut [u8]`; chunks never
+//!   overlap, so workers on several threads each own theirs.
+//! - [`host_bytes`] / [`host_bytes_mut`] view the host memory of a
+//!   [`UserspaceBuf`] (which the engine builds from a validated span) for
+//!   the one call of a userspace filesystem that receives it.
+//! - [`register_with`] registers lent memory with a transport connection
+//!   (the transport's `unsafe register` contract is the lent-memory one).
+//!
+//! What this module cannot check is the promise itself: a span is built
+//! from an address the API faces received. The crate's raw-address
+//! functions (`handle::read`/`write`, `UserspaceBuf`'s pointer fields) are
+//! the faces of that promise for the C and Python layers.
+
+use crate::userspace::UserspaceBuf;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// `len` bytes at `addr` lent to one I/O by its caller (see the module
+/// doc), already checked against the buffer's registration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LentSpan {
+    addr: usize,
+    len: usize,
+}
+
+impl LentSpan {
+    /// The span of a validated request: `addr..addr+len` lies inside memory
+    /// the API face received under the lent-memory contract.
+    pub(crate) fn of_request(addr: usize, len: usize) -> LentSpan {
+        LentSpan { addr, len }
+    }
+}
+
+/// `[off, off+size)` cut at multiples of `chunk` (file-offset boundaries,
+/// so only the request's own edges can be unaligned).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chunks {
+    off: u64,
+    end: u64,
+    chunk: u64,
+    first: u64,
+}
+
+impl Chunks {
+    /// The chunks of a non-empty range.
+    pub(crate) fn new(off: u64, size: usize, chunk: usize) -> Chunks {
+        let chunk = chunk.max(1) as u64;
+        Chunks {
+            off,
+            end: off + size as u64,
+            chunk,
+            first: off / chunk,
+        }
+    }
+
+    /// How many chunks there are.
+    pub(crate) fn count(&self) -> usize {
+        ((self.end - 1) / self.chunk - self.first + 1) as usize
+    }
+
+    /// Chunk `i`: (file offset, length, offset from the request's start).
+    pub(crate) fn get(&self, i: usize) -> (u64, usize, usize) {
+        let k = self.first + i as u64;
+        let s = (k * self.chunk).max(self.off);
+        let e = ((k + 1) * self.chunk).min(self.end);
+        (s, (e - s) as usize, (s - self.off) as usize)
+    }
+
+    /// Bytes covered.
+    fn size(&self) -> usize {
+        (self.end - self.off) as usize
+    }
+}
+
+/// A lent span cut into [`Chunks`], each handed out once by [`claim`]
+/// (from any thread), so the slices never alias.
+///
+/// [`claim`]: LentChunks::claim
+pub(crate) struct LentChunks<'a> {
+    span: LentSpan,
+    chunks: Chunks,
+    next: AtomicUsize,
+    // Behaves like the `&mut [u8]` it splits.
+    _memory: PhantomData<&'a mut [u8]>,
+}
+
+/// One claimed chunk: its index, file offset and bytes.
+pub(crate) struct Claimed<'a> {
+    /// Which chunk (for the result slot).
+    pub index: usize,
+    /// Where in the file.
+    pub file_offset: u64,
+    /// The chunk's memory.
+    pub mem: &'a mut [u8],
+}
+
+impl<'a> LentChunks<'a> {
+    /// Chunks of `span`; `None` when the cut does not cover exactly the span
+    /// (a caller's arithmetic slip, never a chunk past the lent bytes).
+    pub(crate) fn new(span: LentSpan, chunks: Chunks) -> Option<LentChunks<'a>> {
+        (chunks.size() == span.len).then_some(LentChunks {
+            span,
+            chunks,
+            next: AtomicUsize::new(0),
+            _memory: PhantomData,
+        })
+    }
+
+    /// The cut.
+    pub(crate) fn chunks(&self) -> &Chunks {
+        &self.chunks
+    }
+
+    /// The next unclaimed chunk, or `None` when all are out.
+    pub(crate) fn claim(&self) -> Option<Claimed<'_>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i >= self.chunks.count() {
+            return None;
+        }
+        let (file_offset, len, m) = self.chunks.get(i);
+        // Chunk i lies inside the span (Chunks covers exactly span.len, as
+        // checked in new()), and is handed out only here, once.
+        debug_assert!(m + len <= self.span.len);
+        // SAFETY: [addr+m, addr+m+len) is lent memory (module doc), inside
+        // the span, and disjoint from every other claimed chunk because each
+        // index is returned by exactly one fetch_add; the borrow of `self`
+        // keeps the slice from outliving the I/O that lent the span.
+        let mem = unsafe { std::slice::from_raw_parts_mut((self.span.addr + m) as *mut u8, len) };
+        Some(Claimed {
+            index: i,
+            file_offset,
+            mem,
+        })
+    }
+}
+
+// SAFETY: LentChunks hands out disjoint `&mut [u8]` (like a `&mut [u8]`
+// split into chunks), so sharing it between the workers of one request is
+// what a `&mut [u8]` allows.
+unsafe impl Sync for LentChunks<'_> {}
+// SAFETY: as above.
+unsafe impl Send for LentChunks<'_> {}
+
+/// The host bytes of `buf` for reading, or `None` for device memory with
+/// no host alias.
+pub(crate) fn host_bytes(buf: &UserspaceBuf) -> Option<&[u8]> {
+    let (ptr, len) = host_range(buf)?;
+    // SAFETY: a UserspaceBuf's host pointer is lent memory of `len` bytes
+    // for the duration of the filesystem call that received `buf` (the
+    // UserspaceFs contract, built by the engine from a validated span);
+    // the borrow of `buf` ends with that call.
+    Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+/// The host bytes of `buf` for writing into: see [`host_bytes`].
+pub(crate) fn host_bytes_mut(buf: &mut UserspaceBuf) -> Option<&mut [u8]> {
+    let (ptr, len) = host_range(buf)?;
+    // SAFETY: as in host_bytes; the exclusive borrow of `buf` (which is not
+    // Clone) makes this the only view of the bytes.
+    Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
+fn host_range(buf: &UserspaceBuf) -> Option<(*mut u8, usize)> {
+    match *buf {
+        UserspaceBuf::Host { ptr, len } => Some((ptr, len)),
+        UserspaceBuf::Rdma {
+            host_ptr: Some(p),
+            len,
+            ..
+        } => Some((p, len)),
+        UserspaceBuf::Rdma { .. } => None,
+    }
+}
+
+// SAFETY: a UserspaceBuf describes lent memory for one filesystem call and
+// is only dereferenced (through host_bytes*) by the call that owns it;
+// handing it to the thread that runs the call is moving that borrow.
+unsafe impl Send for UserspaceBuf {}
+
+/// Registers lent memory `mem` with a transport connection, so the peer
+/// can place a read's bytes into it.
+///
+/// The region must be dropped before the borrow of `mem` ends; the
+/// remote client keeps it in the request's own frame (`read_piece`) and
+/// drops it when the request returns.
+pub(crate) fn register_with(
+    conn: &dyn hipfs_rdma::Connection,
+    mem: &mut [u8],
+) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
+    // SAFETY: `mem` is valid for writes for the borrow; the caller keeps
+    // the region only while that borrow lasts (see above), so the peer's
+    // writes land in memory this request owns.
+    unsafe { conn.register(mem.as_mut_ptr(), mem.len()) }
+}
+
+/// Registers a registered buffer's whole memory with a connection (the
+/// buffer's own keep-alive then holds the region).
+pub(crate) fn register_buffer_with(
+    conn: &dyn hipfs_rdma::Connection,
+    buf: &crate::registry::RegisteredBuffer,
+) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
+    // SAFETY: a registered buffer's [base, base+len) was lent under the
+    // lent-memory contract and stays valid while it is registered; the
+    // region lives in the registration's keepalive, dropped with it.
+    unsafe { conn.register(buf.base as *mut u8, buf.len) }
+}
