@@ -48,6 +48,11 @@ impl LentSpan {
     pub(crate) fn of_request(addr: usize, len: usize) -> LentSpan {
         LentSpan { addr, len }
     }
+
+    /// The whole memory of a buffer registration, `[base, base+len)`.
+    pub(crate) fn of_registration(base: usize, len: usize) -> LentSpan {
+        LentSpan { addr: base, len }
+    }
 }
 
 /// `[off, off+size)` cut at multiples of `chunk` (file-offset boundaries,
@@ -212,14 +217,15 @@ pub(crate) fn register_with(
     unsafe { conn.register(mem.as_mut_ptr(), mem.len()) }
 }
 
-/// Registers a registered buffer's whole memory with a connection (the
-/// buffer's own keep-alive then holds the region).
+/// Registers a registered buffer's whole memory (`span`, its `[base,
+/// base+len)`) with a connection; the buffer's own keep-alive then holds
+/// the region, so it is dropped with the registration.
 pub(crate) fn register_buffer_with(
     conn: &dyn hipfs_rdma::Connection,
-    buf: &crate::registry::RegisteredBuffer,
+    span: LentSpan,
 ) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
-    // SAFETY: a registered buffer's [base, base+len) was lent under the
-    // lent-memory contract and stays valid while it is registered; the
-    // region lives in the registration's keepalive, dropped with it.
-    unsafe { conn.register(buf.base as *mut u8, buf.len) }
+    // SAFETY: a registered buffer's memory was lent under the lent-memory
+    // contract and stays valid while it is registered; the region lives in
+    // the registration's keepalive, dropped with it.
+    unsafe { conn.register(span.addr as *mut u8, span.len) }
 }

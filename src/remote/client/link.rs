@@ -252,7 +252,10 @@ impl Link {
             return Ok(r.region.clone());
         }
         // Kept in the registration's keepalive, dropped with it.
-        let region = crate::lent::register_buffer_with(&*self.conn, buf)?;
+        let region = crate::lent::register_buffer_with(
+            &*self.conn,
+            crate::lent::LentSpan::of_registration(buf.base, buf.len),
+        )?;
         keep.push(Box::new(BufferRegion {
             link: Arc::downgrade(self),
             region: region.clone(),
