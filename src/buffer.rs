@@ -110,6 +110,19 @@ impl Buffer<'static> {
 }
 
 impl<'a> Buffer<'a> {
+    /// A buffer covering all of `dev` (device memory, as `hipFileBufRegister`
+    /// takes it), with `flags` as for [`Buffer::new`]. The buffer borrows the
+    /// allocation, so it cannot outlive the memory it describes.
+    pub fn from_device(dev: &'a gpu::DeviceAllocation<'_>, flags: i32) -> Buffer<'a> {
+        Buffer {
+            ptr: dev.ptr(),
+            len: dev.len(),
+            flags,
+            registered: AtomicBool::new(false),
+            _memory: PhantomData,
+        }
+    }
+
     /// A buffer over a byte slice, borrowed for the buffer's life.
     pub fn from_slice(mem: &'a mut [u8], flags: i32) -> Buffer<'a> {
         Buffer {

@@ -21,7 +21,6 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod gpu;
-mod gpu_buffer;
 pub mod handle;
 pub mod io;
 mod lent;
