@@ -89,6 +89,8 @@ pub struct Buffer<'a> {
     len: usize,
     flags: i32,
     registered: AtomicBool,
+    /// Set when made from a slice: the memory can be viewed again.
+    loan: Option<crate::lent::SliceLoan>,
     _memory: PhantomData<&'a mut [u8]>,
 }
 
@@ -104,6 +106,7 @@ impl Buffer<'static> {
             len: length,
             flags,
             registered: AtomicBool::new(false),
+            loan: None,
             _memory: PhantomData,
         }
     }
@@ -119,6 +122,7 @@ impl<'a> Buffer<'a> {
             len: dev.len(),
             flags,
             registered: AtomicBool::new(false),
+            loan: None,
             _memory: PhantomData,
         }
     }
@@ -130,8 +134,16 @@ impl<'a> Buffer<'a> {
             len: mem.len(),
             flags,
             registered: AtomicBool::new(false),
+            loan: Some(crate::lent::SliceLoan::new(mem)),
             _memory: PhantomData,
         }
+    }
+
+    /// The bytes of a buffer made with [`Buffer::from_slice`] (`None` for
+    /// the other kinds), e.g. to check what a read put there while the
+    /// buffer stays registered.
+    pub fn as_host_slice(&self) -> Option<&[u8]> {
+        self.loan.as_ref().map(crate::lent::SliceLoan::get)
     }
 
     /// The memory's address.

@@ -165,6 +165,35 @@ unsafe impl Sync for LentChunks<'_> {}
 // SAFETY: as above.
 unsafe impl Send for LentChunks<'_> {}
 
+/// A byte slice a [`Buffer`](crate::Buffer) was made from, kept as an
+/// address (the buffer describes the memory to I/O that writes it) and
+/// viewed again only through a shared borrow of the buffer, while no I/O
+/// can write it (reads into a buffer take it by `&mut`).
+#[derive(Debug)]
+pub(crate) struct SliceLoan {
+    addr: usize,
+    len: usize,
+}
+
+impl SliceLoan {
+    /// Records `mem`; the buffer holding the loan borrows `mem` for its life.
+    pub(crate) fn new(mem: &mut [u8]) -> SliceLoan {
+        SliceLoan {
+            addr: mem.as_mut_ptr() as usize,
+            len: mem.len(),
+        }
+    }
+
+    /// The bytes, for as long as the holder is borrowed.
+    pub(crate) fn get(&self) -> &[u8] {
+        // SAFETY: the memory came from a `&'a mut [u8]` that the holder
+        // (a `Buffer<'a>`) borrows for its whole life, so it is valid and
+        // initialised; the holder hands this out only from `&self`, and
+        // every write into it (a read I/O) takes the holder by `&mut`.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
 /// The host bytes of `buf` for reading, or `None` for device memory with
 /// no host alias.
 pub(crate) fn host_bytes(buf: &UserspaceBuf) -> Option<&[u8]> {

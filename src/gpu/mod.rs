@@ -3,6 +3,7 @@
 //! library is missing is skipped with a log line, never a crash.
 
 use crate::error::{Error, OpError, Result};
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 mod host;
@@ -388,6 +389,151 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is live while `self` is.
         unsafe { self.rt.stream_synchronize(self.id) }
+    }
+}
+
+impl Stream {
+    /// Runs `f` with a [`StreamScope`] whose async copies borrow host and
+    /// device memory from the caller, and synchronises the stream before it
+    /// returns (also when `f` fails or panics), so no copy outlives the
+    /// memory it uses: the `std::thread::scope` pattern for stream work.
+    ///
+    /// Returns `f`'s error first, then the synchronisation's. If the stream
+    /// cannot be synchronised, whether the copies finished is unknown and
+    /// the borrowed memory could still be written by the GPU: the process
+    /// aborts rather than hand that memory back.
+    pub fn scope<'env, T>(
+        &'env self,
+        f: impl for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
+    ) -> Result<T> {
+        let scope = StreamScope {
+            stream: self,
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        // Synchronises on every way out of `f` (a panic included).
+        let guard = SyncOnDrop(self);
+        let r = f(&scope);
+        std::mem::forget(guard);
+        let synced = self.synchronize();
+        if let Err(e) = &synced {
+            sync_failed(e);
+        }
+        let out = r?;
+        synced.map(|_| out)
+    }
+}
+
+fn sync_failed(e: &Error) -> ! {
+    log::error!("a stream scope cannot synchronise its stream ({e}): copies may still use borrowed memory; aborting");
+    std::process::abort()
+}
+
+struct SyncOnDrop<'a>(&'a Stream);
+
+impl Drop for SyncOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.synchronize() {
+            sync_failed(&e);
+        }
+    }
+}
+
+/// Async copies on one stream that borrow memory for `'scope`: see
+/// [`Stream::scope`]. Host memory that device-to-host copies write is lent
+/// to the scope once ([`StreamScope::lend_mut`]) and the CPU cannot touch it
+/// until the scope ends; copies on one stream run in order.
+pub struct StreamScope<'scope, 'env: 'scope> {
+    stream: &'env Stream,
+    // Invariant in 'scope (as std::thread::Scope), so borrows handed in
+    // must outlive the whole scope.
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// Host memory lent to a [`StreamScope`] as a device-to-host copy target.
+pub struct ScopedHostMut<'scope> {
+    ptr: *mut u8,
+    len: usize,
+    _memory: PhantomData<&'scope mut [u8]>,
+}
+
+impl ScopedHostMut<'_> {
+    /// Bytes lent.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no bytes are lent.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn check_span(what: &str, off: usize, len: usize, total: usize) -> Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= total => Ok(()),
+        _ => Err(Error::new(
+            OpError::InvalidValue,
+            format!("{len} bytes at {off} pass the end of the {total}-byte {what}"),
+        )),
+    }
+}
+
+impl<'scope> StreamScope<'scope, '_> {
+    /// Lends `mem` to the scope as the target of device-to-host copies.
+    pub fn lend_mut(&self, mem: &'scope mut [u8]) -> ScopedHostMut<'scope> {
+        ScopedHostMut {
+            ptr: mem.as_mut_ptr(),
+            len: mem.len(),
+            _memory: PhantomData,
+        }
+    }
+
+    /// Enqueues a copy of `src` into `dst` at `dst_off`.
+    pub fn copy_to_device(
+        &self,
+        dst: &'scope DeviceAllocation<'_>,
+        dst_off: usize,
+        src: &'scope [u8],
+    ) -> Result<()> {
+        check_span("device allocation", dst_off, src.len(), dst.len())?;
+        // SAFETY: `src` is borrowed for the whole scope, which synchronises
+        // the stream before the borrow ends; the device range lies inside
+        // `dst` (checked), also borrowed for the scope; the stream is live.
+        unsafe {
+            self.stream.rt.copy_to_device_async(
+                dst.device_ptr().offset(dst_off),
+                src.as_ptr(),
+                src.len(),
+                self.stream.id,
+            )
+        }
+    }
+
+    /// Enqueues a copy of `len` bytes at `src_off` in `src` into `dst` at
+    /// `dst_off`.
+    pub fn copy_from_device(
+        &self,
+        dst: &ScopedHostMut<'scope>,
+        dst_off: usize,
+        src: &'scope DeviceAllocation<'_>,
+        src_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_span("lent host memory", dst_off, len, dst.len)?;
+        check_span("device allocation", src_off, len, src.len())?;
+        // SAFETY: the host range lies inside memory lent exclusively to the
+        // scope (checked), which the CPU cannot reach until the scope has
+        // synchronised the stream; the device range lies inside `src`,
+        // borrowed for the scope; the stream is live.
+        unsafe {
+            self.stream.rt.copy_from_device_async(
+                dst.ptr.add(dst_off),
+                src.device_ptr().offset(src_off),
+                len,
+                self.stream.id,
+            )
+        }
     }
 }
 
