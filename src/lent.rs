@@ -194,6 +194,67 @@ impl SliceLoan {
     }
 }
 
+/// The four argument/result pointers of a C-ABI stream-ordered I/O
+/// (`hipFileReadAsync`'s `size_p`, `file_offset_p`, `buffer_offset_p`,
+/// `bytes_read_p`), lent until the stream has run the operation: the
+/// contract of the `unsafe` entry points (`stream::read_async` /
+/// `write_async`), which alone make one ([`CallerSlots::vouched`]).
+/// Addresses, so the value may cross to the stream's thread; C callers may
+/// not align them, so every access is unaligned.
+#[derive(Debug)]
+pub(crate) struct CallerSlots {
+    size: usize,
+    file_offset: usize,
+    buffer_offset: usize,
+    out: usize,
+}
+
+impl CallerSlots {
+    /// The pointers a caller of an unsafe entry point vouched for; `None`
+    /// when one is null.
+    pub(crate) fn vouched(
+        size: *const usize,
+        file_offset: *const i64,
+        buffer_offset: *const i64,
+        out: *mut isize,
+    ) -> Option<CallerSlots> {
+        if size.is_null() || file_offset.is_null() || buffer_offset.is_null() || out.is_null() {
+            return None;
+        }
+        Some(CallerSlots {
+            size: size as usize,
+            file_offset: file_offset as usize,
+            buffer_offset: buffer_offset as usize,
+            out: out as usize,
+        })
+    }
+
+    /// `*size_p` now.
+    pub(crate) fn size(&self) -> usize {
+        // SAFETY: valid until the stream ran the operation (the entry
+        // point's contract), and this runs before the result is written.
+        unsafe { std::ptr::read_unaligned(self.size as *const usize) }
+    }
+
+    /// `*file_offset_p` now.
+    pub(crate) fn file_offset(&self) -> i64 {
+        // SAFETY: as in size().
+        unsafe { std::ptr::read_unaligned(self.file_offset as *const i64) }
+    }
+
+    /// `*buffer_offset_p` now.
+    pub(crate) fn buffer_offset(&self) -> i64 {
+        // SAFETY: as in size().
+        unsafe { std::ptr::read_unaligned(self.buffer_offset as *const i64) }
+    }
+
+    /// Writes the result (`*bytes_read_p`).
+    pub(crate) fn finish(&self, v: isize) {
+        // SAFETY: as in size(); the result pointer is writable.
+        unsafe { std::ptr::write_unaligned(self.out as *mut isize, v) }
+    }
+}
+
 /// The host bytes of `buf` for reading, or `None` for device memory with
 /// no host alias.
 pub(crate) fn host_bytes(buf: &UserspaceBuf) -> Option<&[u8]> {

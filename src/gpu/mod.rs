@@ -537,6 +537,88 @@ impl<'scope> StreamScope<'scope, '_> {
     }
 }
 
+/// A stream handle the caller of an `unsafe` stream-ordered I/O entry
+/// point (`stream::read_async`/`write_async`, `FileHandle::read_async`/
+/// `write_async`, the C ABI's `hipFileReadAsync`/`WriteAsync`) passed in:
+/// their contract is that it is a live stream of the active runtime (or 0)
+/// until the stream has run what is enqueued on it. Only those entry points
+/// make one ([`ForeignStream::vouched`]); the methods are then safe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ForeignStream(StreamId);
+
+impl ForeignStream {
+    /// The stream a caller of an unsafe entry point vouched for (see the
+    /// type's doc; for those entry points only).
+    pub(crate) fn vouched(id: StreamId) -> ForeignStream {
+        ForeignStream(id)
+    }
+    /// The raw handle (as a key; never to make GPU calls with).
+    pub(crate) fn key(self) -> usize {
+        self.0 .0
+    }
+    /// Runs `f` when the stream reaches this point.
+    pub(crate) fn launch_host_func(self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        // SAFETY: the stream is live (the vouching caller's contract).
+        unsafe { runtime().launch_host_func(self.0, f) }
+    }
+    /// Makes the stream wait until `word` reaches `value`; `Ok(false)`: the
+    /// runtime cannot (see [`GpuRuntime::stream_wait_value32`]).
+    pub(crate) fn wait_value32(self, word: PinnedWord, value: u32) -> Result<bool> {
+        // SAFETY: the stream is live (the vouching caller's contract), and a
+        // PinnedWord is pinned memory that is never freed.
+        unsafe { runtime().stream_wait_value32(self.0, word.addr(), value) }
+    }
+}
+
+/// A page of 32-bit words in pinned host memory that is never freed
+/// (freeing pinned memory synchronises the device): completion words that
+/// streams wait on while the host stores into them.
+pub(crate) struct PinnedWords {
+    mem: PinnedHost,
+}
+
+/// One word of a [`PinnedWords`] page: pinned, 4-byte aligned, `'static`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PinnedWord(&'static std::sync::atomic::AtomicU32);
+
+impl PinnedWord {
+    /// The word, for the host's side.
+    pub(crate) fn atomic(self) -> &'static std::sync::atomic::AtomicU32 {
+        self.0
+    }
+    fn addr(self) -> usize {
+        self.0 as *const std::sync::atomic::AtomicU32 as usize
+    }
+}
+
+impl PinnedWords {
+    /// `n` zeroed words from the active runtime's pinned allocator, kept for
+    /// the life of the process.
+    pub(crate) fn leak(n: usize) -> Result<&'static PinnedWords> {
+        let mem = PinnedHost::alloc(runtime(), n.max(1) * 4)?;
+        if !mem.ptr().cast::<u32>().is_aligned() {
+            return Err(Error::new(
+                OpError::InternalError,
+                "pinned memory is not 4-byte aligned",
+            ));
+        }
+        Ok(Box::leak(Box::new(PinnedWords { mem })))
+    }
+    /// Word `i`, if the page has it.
+    pub(crate) fn get(&'static self, i: usize) -> Option<PinnedWord> {
+        if i >= self.mem.len() / 4 {
+            return None;
+        }
+        // SAFETY: word i lies inside the page (checked), which is 4-byte
+        // aligned (checked in leak), zero-initialised (PinnedHost::alloc)
+        // and never freed (leaked); the CPU only accesses it atomically
+        // (this type hands out no other view) and the device only reads it.
+        let atom =
+            unsafe { std::sync::atomic::AtomicU32::from_ptr(self.mem.ptr().cast::<u32>().add(i)) };
+        Some(PinnedWord(atom))
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         match self.rt.bind(self.device) {
