@@ -55,6 +55,17 @@ impl LentSpan {
     }
 }
 
+impl LentSpan {
+    /// `len` bytes at `off` in the span, as lent device memory (the span is
+    /// a request into a device buffer); `None` past the span's end.
+    pub(crate) fn device_range(&self, off: usize, len: usize) -> Option<crate::gpu::LentDevice> {
+        let end = off.checked_add(len)?;
+        (end <= self.len).then(|| {
+            crate::gpu::LentDevice::vouched(crate::gpu::DevicePtr::from_addr(self.addr + off), len)
+        })
+    }
+}
+
 /// `[off, off+size)` cut at multiples of `chunk` (file-offset boundaries,
 /// so only the request's own edges can be unaligned).
 #[derive(Debug, Clone, Copy)]

@@ -19,7 +19,8 @@ use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, DevicePtr, GpuRuntime};
+use crate::gpu::{self, GpuRuntime};
+use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -106,18 +107,6 @@ impl Source<'_> {
     }
 }
 
-/// The first `len` bytes of a slab (a plan slip past its end is an error,
-/// not a panic).
-fn slab(buf: &mut bounce_pool::PinnedBuf, len: usize) -> Result<&mut [u8]> {
-    let have = buf.len();
-    buf.as_mut_slice().get_mut(..len).ok_or_else(|| {
-        Error::new(
-            OpError::InternalError,
-            format!("a {len}-byte chunk does not fit a {have}-byte slab"),
-        )
-    })
-}
-
 /// The bounce pipeline between device memory and `src`.
 fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan) -> Result<usize> {
     let info = gpu::classify(req.mem);
@@ -199,6 +188,18 @@ fn ns(t: Instant) -> u64 {
 }
 
 impl Job<'_> {
+    /// `len` bytes at `m` in the request's device memory.
+    fn device_range(&self, m: usize, len: usize) -> Result<crate::gpu::LentDevice> {
+        LentSpan::of_request(self.req.mem, self.req.size)
+            .device_range(m, len)
+            .ok_or_else(|| {
+                Error::new(
+                    OpError::InternalError,
+                    format!("chunk at {m} of {len} bytes is past the request"),
+                )
+            })
+    }
+
     fn claim(&self) -> Option<usize> {
         if self.stop.load(Ordering::Relaxed) {
             return None;
@@ -228,28 +229,18 @@ impl Job<'_> {
             let slot = &mut lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
-            slot.event.synchronize()?;
+            slot.wait()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // The GPU is done with the slab (its event completed just above);
-            // it holds plan.slab >= len bytes.
-            let r = slab(&mut slot.buf, len).and_then(|dst| self.src.fill(dst, off));
+            // The GPU is done with the slab (waited just above); it holds
+            // plan.slab >= len bytes.
+            let r = slot.host(len).and_then(|dst| self.src.fill(dst, off));
             prof.file_ns += ns(t);
             if let Ok(got) = r {
                 if got > 0 {
                     let t = Instant::now();
-                    // SAFETY: the slab stays untouched until its event, recorded
-                    // right after the copy, completes; the destination is
-                    // inside the validated request.
-                    unsafe {
-                        rt.copy_to_device_async(
-                            DevicePtr::from_addr(self.req.mem + m),
-                            slot.buf.ptr(),
-                            got,
-                            lane.stream.id(),
-                        )?
-                    };
-                    slot.event.record(&lane.stream)?;
+                    let dst = self.device_range(m, got)?;
+                    slot.copy_to_device(dst, &lane.stream)?;
                     prof.enqueue_ns += ns(t);
                     stats::record_read(self.src.path(), got);
                 }
@@ -281,19 +272,12 @@ impl Job<'_> {
                 let (_, len, m) = (self.bounds)(i);
                 let s = k % depth;
                 k += 1;
-                let slot = &lane.slots[s];
+                let slot = &mut lane.slots[s];
                 let t = Instant::now();
-                // SAFETY: this slab's previous write to the file finished
-                // (writes are synchronous), so the copy may overwrite it.
-                unsafe {
-                    rt.copy_from_device_async(
-                        slot.buf.ptr(),
-                        DevicePtr::from_addr(self.req.mem + m),
-                        len,
-                        lane.stream.id(),
-                    )?
-                };
-                slot.event.record(&lane.stream)?;
+                // This slab's previous write to the file finished (writes
+                // are synchronous), so the copy may overwrite it.
+                let src = self.device_range(m, len)?;
+                slot.copy_from_device(src, &lane.stream)?;
                 prof.enqueue_ns += ns(t);
                 queued.push_back((i, s));
             }
@@ -303,11 +287,11 @@ impl Job<'_> {
             let (off, len, _) = (self.bounds)(i);
             let slot = &mut lane.slots[s];
             let t = Instant::now();
-            slot.event.synchronize()?;
+            slot.wait()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // The slab holds len bytes copied from the device (its event completed).
-            let r = slab(&mut slot.buf, len).and_then(|src| self.src.drain(&*src, off));
+            // The slab holds len bytes copied from the device (waited above).
+            let r = slot.host(len).and_then(|src| self.src.drain(&*src, off));
             prof.file_ns += ns(t);
             if let Ok(put) = r {
                 stats::record_write(self.src.path(), put);
