@@ -142,6 +142,12 @@ impl<'a> Buffer<'a> {
     /// The bytes of a buffer made with [`Buffer::from_slice`] (`None` for
     /// the other kinds), e.g. to check what a read put there while the
     /// buffer stays registered.
+    ///
+    /// ```
+    /// let mut data = vec![5u8; 64];
+    /// let buf = hipfs::Buffer::from_slice(&mut data, 0);
+    /// assert_eq!(buf.as_host_slice().map(|b| b[63]), Some(5));
+    /// ```
     pub fn as_host_slice(&self) -> Option<&[u8]> {
         self.loan.as_ref().map(crate::lent::SliceLoan::get)
     }

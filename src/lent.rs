@@ -330,3 +330,61 @@ pub(crate) fn register_buffer_with(
     // the registration's keepalive, dropped with it.
     unsafe { conn.register(span.addr as *mut u8, span.len) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_chunk_is_claimed_once_and_the_chunks_tile_the_span() {
+        let mut mem = vec![0u8; 10_000];
+        let span = LentSpan::of_request(mem.as_mut_ptr() as usize, mem.len());
+        // File offset 100: the first chunk is short, so only the edges are unaligned.
+        let chunks = LentChunks::new(span, Chunks::new(100, 10_000, 4096)).unwrap();
+        let mut seen = Vec::new();
+        while let Some(c) = chunks.claim() {
+            c.mem.fill(c.index as u8 + 1);
+            seen.push((c.index, c.file_offset, c.mem.len()));
+        }
+        assert_eq!(seen, vec![(0, 100, 3996), (1, 4096, 4096), (2, 8192, 1908)]);
+        assert!(chunks.claim().is_none(), "no chunk is handed out twice");
+        assert!(mem[..3996].iter().all(|&b| b == 1));
+        assert!(mem[3996..8092].iter().all(|&b| b == 2));
+        assert!(mem[8092..].iter().all(|&b| b == 3));
+    }
+
+    #[test]
+    fn a_cut_that_does_not_cover_the_span_exactly_is_refused() {
+        let mut mem = vec![0u8; 100];
+        let span = LentSpan::of_request(mem.as_mut_ptr() as usize, mem.len());
+        assert!(LentChunks::new(span, Chunks::new(0, 101, 4096)).is_none());
+        assert!(LentChunks::new(span, Chunks::new(0, 99, 4096)).is_none());
+    }
+
+    #[test]
+    fn device_ranges_stay_inside_the_span() {
+        let span = LentSpan::of_request(0x10_0000, 4096);
+        assert!(span.device_range(0, 4096).is_some());
+        assert!(span.device_range(4000, 96).is_some());
+        assert!(span.device_range(4000, 97).is_none());
+        assert!(span.device_range(usize::MAX, 2).is_none());
+    }
+
+    #[test]
+    fn a_userspace_buffer_without_a_host_alias_has_no_host_bytes() {
+        let mut mem = vec![7u8; 16];
+        let mut host = UserspaceBuf::Host {
+            ptr: mem.as_mut_ptr(),
+            len: 16,
+        };
+        host_bytes_mut(&mut host).unwrap()[0] = 1;
+        assert_eq!(host_bytes(&host).unwrap()[..2], [1, 7]);
+        let device = UserspaceBuf::Rdma {
+            desc: String::new(),
+            addr: 0,
+            len: 16,
+            host_ptr: None,
+        };
+        assert!(host_bytes(&device).is_none());
+    }
+}
