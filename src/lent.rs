@@ -169,12 +169,9 @@ impl<'a> LentChunks<'a> {
     }
 }
 
-// SAFETY: LentChunks hands out disjoint `&mut [u8]` (like a `&mut [u8]`
-// split into chunks), so sharing it between the workers of one request is
-// what a `&mut [u8]` allows.
-unsafe impl Sync for LentChunks<'_> {}
-// SAFETY: as above.
-unsafe impl Send for LentChunks<'_> {}
+// LentChunks is Send + Sync by its fields (an address, an atomic and a
+// `PhantomData<&mut [u8]>`): sharing it between the workers of one request
+// is what splitting a `&mut [u8]` allows, since each chunk goes out once.
 
 /// A byte slice a [`Buffer`](crate::Buffer) was made from, kept as an
 /// address (the buffer describes the memory to I/O that writes it) and

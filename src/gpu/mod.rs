@@ -562,6 +562,10 @@ pub struct StagingSlot {
     event: Event,
     /// A copy was enqueued and not yet waited for.
     in_flight: bool,
+    /// A copy may run and nothing can tell when it ends (an enqueue or
+    /// record failed and the stream could not be drained): the slab is never
+    /// handed out again, nor freed.
+    poisoned: bool,
 }
 
 impl StagingSlot {
@@ -571,6 +575,7 @@ impl StagingSlot {
             buf: std::mem::ManuallyDrop::new(buf),
             event,
             in_flight: false,
+            poisoned: false,
         }
     }
     /// Bytes of the slab.
@@ -590,6 +595,12 @@ impl StagingSlot {
     /// The first `len` bytes, for the CPU, after waiting for the GPU if a
     /// copy may still use them; `len` past the slab is an error.
     pub fn host(&mut self, len: usize) -> Result<&mut [u8]> {
+        if self.poisoned {
+            return Err(Error::new(
+                OpError::InternalError,
+                "a staging slab's last copy cannot be waited for",
+            ));
+        }
         if self.in_flight {
             self.wait()?;
         }
@@ -608,15 +619,16 @@ impl StagingSlot {
         // Marked first: even a failed enqueue may have started something.
         self.in_flight = true;
         // SAFETY: the slab is ours and the CPU cannot touch it until the
-        // event recorded below completed (`host` waits for it; Drop too);
-        // `dst` is lent device memory of the request (LentDevice's maker
-        // checked it against the request); the stream is live.
-        unsafe {
+        // event recorded below completed (`host` waits for it; Drop too;
+        // `settle` covers a failed record); `dst` is lent device memory of
+        // the request (LentDevice's maker checked it against the request);
+        // the stream is live.
+        let r = unsafe {
             self.buf
                 .rt
-                .copy_to_device_async(dst.ptr, self.buf.ptr(), dst.len, stream.id())?
+                .copy_to_device_async(dst.ptr, self.buf.ptr(), dst.len, stream.id())
         };
-        self.event.record(stream)
+        self.settle(r, stream)
     }
     /// Enqueues a copy of `src` into the slab's first `src.len` bytes on
     /// `stream`, then records the slot's event after it.
@@ -625,12 +637,26 @@ impl StagingSlot {
         self.in_flight = true;
         // SAFETY: as in copy_to_device; the slab is written by the copy and
         // read by the CPU only after the event completed.
-        unsafe {
+        let r = unsafe {
             self.buf
                 .rt
-                .copy_from_device_async(self.buf.ptr(), src.ptr, src.len, stream.id())?
+                .copy_from_device_async(self.buf.ptr(), src.ptr, src.len, stream.id())
         };
-        self.event.record(stream)
+        self.settle(r, stream)
+    }
+
+    /// Records the event after an enqueue. When the enqueue or the record
+    /// failed, the event does not tell when a copy ends, so wait for the
+    /// whole stream, or (if even that fails) never use the slab again.
+    fn settle(&mut self, enqueued: Result<()>, stream: &Stream) -> Result<()> {
+        let r = enqueued.and_then(|_| self.event.record(stream));
+        if r.is_err() {
+            match stream.synchronize() {
+                Ok(()) => self.in_flight = false,
+                Err(_) => self.poisoned = true,
+            }
+        }
+        r
     }
 }
 
@@ -638,7 +664,7 @@ impl Drop for StagingSlot {
     fn drop(&mut self) {
         // The slab may be freed only once no copy uses it; when that cannot
         // be known, leak it rather than free memory the GPU may still use.
-        if self.in_flight && self.event.synchronize().is_err() {
+        if self.poisoned || (self.in_flight && self.event.synchronize().is_err()) {
             log::warn!("a staging slab's last copy cannot be waited for; leaking the slab");
             return;
         }
