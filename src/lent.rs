@@ -24,6 +24,12 @@
 //!   the one call of a userspace filesystem that receives it.
 //! - [`register_with`] registers lent memory with a transport connection
 //!   (the transport's `unsafe register` contract is the lent-memory one).
+//! - [`SliceLoan`] lets a [`Buffer`](crate::Buffer) made from a slice view
+//!   its bytes again through `&self` (`Buffer::as_host_slice`).
+//! - [`CallerSlots`] reads and writes the C caller's argument and result
+//!   pointers of a stream-ordered I/O (`hipFileReadAsync`).
+//! - [`LentSpan::device_range`] hands the staged path bounded ranges of a
+//!   request's device memory for its async copies (`gpu::StagingSlot`).
 //!
 //! What this module cannot check is the promise itself: a span is built
 //! from an address the API faces received. The crate's raw-address
