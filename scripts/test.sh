@@ -17,6 +17,9 @@ cargo fmt --all -- --check
 stage "layers: no module cycle in the core (scripts/check-layers.py)"
 python3 scripts/check-layers.py >/dev/null
 
+stage "unsafe only in the FFI, syscall and lent-memory layers (scripts/check-unsafe.sh)"
+bash scripts/check-unsafe.sh
+
 stage "cargo clippy (all targets, warnings are errors)"
 cargo clippy --all-targets -- -D warnings
 

@@ -416,6 +416,12 @@ fn check_op(i: usize, p: &IoParams) -> Result<Arc<RegisteredFile>> {
 /// stay valid (and, for reads, unused by anyone else) until its event has
 /// been returned, or until the batch is canceled or destroyed.
 pub unsafe fn batch_submit(id: u64, ops: &[IoParams], flags: u32) -> Result<()> {
+    submit(id, ops, flags)
+}
+
+/// [`batch_submit`]'s work. Private: its callers are the two `unsafe fn`
+/// faces, whose callers made the memory promise.
+fn submit(id: u64, ops: &[IoParams], flags: u32) -> Result<()> {
     let b = batch(id)?;
     if flags != 0 {
         return Err(Error::new(
@@ -571,8 +577,8 @@ impl BatchIo {
     /// See [`batch_submit`]: the memory of each operation must stay valid
     /// until its event is collected or the batch is canceled or dropped.
     pub unsafe fn submit(&self, ops: &[IoParams], flags: u32) -> Result<()> {
-        // SAFETY: forwarded caller guarantee.
-        unsafe { batch_submit(self.id, ops, flags) }
+        // The caller's promise is batch_submit's, made for these ops.
+        submit(self.id, ops, flags)
     }
 
     /// Collects finished events: see [`batch_get_status`].

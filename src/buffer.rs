@@ -89,6 +89,8 @@ pub struct Buffer<'a> {
     len: usize,
     flags: i32,
     registered: AtomicBool,
+    /// Set when made from a slice: the memory can be viewed again.
+    loan: Option<crate::lent::SliceLoan>,
     _memory: PhantomData<&'a mut [u8]>,
 }
 
@@ -104,12 +106,27 @@ impl Buffer<'static> {
             len: length,
             flags,
             registered: AtomicBool::new(false),
+            loan: None,
             _memory: PhantomData,
         }
     }
 }
 
 impl<'a> Buffer<'a> {
+    /// A buffer covering all of `dev` (device memory, as `hipFileBufRegister`
+    /// takes it), with `flags` as for [`Buffer::new`]. The buffer borrows the
+    /// allocation, so it cannot outlive the memory it describes.
+    pub fn from_device(dev: &'a gpu::DeviceAllocation<'_>, flags: i32) -> Buffer<'a> {
+        Buffer {
+            ptr: dev.ptr(),
+            len: dev.len(),
+            flags,
+            registered: AtomicBool::new(false),
+            loan: None,
+            _memory: PhantomData,
+        }
+    }
+
     /// A buffer over a byte slice, borrowed for the buffer's life.
     pub fn from_slice(mem: &'a mut [u8], flags: i32) -> Buffer<'a> {
         Buffer {
@@ -117,8 +134,22 @@ impl<'a> Buffer<'a> {
             len: mem.len(),
             flags,
             registered: AtomicBool::new(false),
+            loan: Some(crate::lent::SliceLoan::new(mem)),
             _memory: PhantomData,
         }
+    }
+
+    /// The bytes of a buffer made with [`Buffer::from_slice`] (`None` for
+    /// the other kinds), e.g. to check what a read put there while the
+    /// buffer stays registered.
+    ///
+    /// ```
+    /// let mut data = vec![5u8; 64];
+    /// let buf = hipfs::Buffer::from_slice(&mut data, 0);
+    /// assert_eq!(buf.as_host_slice().map(|b| b[63]), Some(5));
+    /// ```
+    pub fn as_host_slice(&self) -> Option<&[u8]> {
+        self.loan.as_ref().map(crate::lent::SliceLoan::get)
     }
 
     /// The memory's address.

@@ -34,9 +34,10 @@
 use crate::batch::error_value;
 use crate::buffer::Buffer;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::StreamId;
+use crate::gpu::{ForeignStream, PinnedWord, PinnedWords, StreamId};
 use crate::handle::{FileHandle, RegisteredFile};
 use crate::io::Dir;
+use crate::lent::CallerSlots;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
@@ -177,32 +178,20 @@ impl ArgSlots for Arc<AsyncArgs> {
     }
 }
 
-/// The caller's raw argument pointers (as addresses, so they may cross to
-/// the stream's thread).
-struct RawSlots {
-    size: usize,
-    file_offset: usize,
-    buffer_offset: usize,
-    out: usize,
-}
-
-impl ArgSlots for RawSlots {
+/// The C caller's argument pointers, read when the stream runs the
+/// operation (the lent-memory module owns the raw accesses).
+impl ArgSlots for CallerSlots {
     fn size(&self) -> usize {
-        // SAFETY: read_async/write_async's contract: the pointer is valid
-        // until the stream has run the operation (C callers may not align it).
-        unsafe { std::ptr::read_unaligned(self.size as *const usize) }
+        CallerSlots::size(self)
     }
     fn file_offset(&self) -> i64 {
-        // SAFETY: as above.
-        unsafe { std::ptr::read_unaligned(self.file_offset as *const i64) }
+        CallerSlots::file_offset(self)
     }
     fn buffer_offset(&self) -> i64 {
-        // SAFETY: as above.
-        unsafe { std::ptr::read_unaligned(self.buffer_offset as *const i64) }
+        CallerSlots::buffer_offset(self)
     }
     fn finish(&self, v: isize) {
-        // SAFETY: as above, and the result pointer is writable.
-        unsafe { std::ptr::write_unaligned(self.out as *mut isize, v) }
+        CallerSlots::finish(self, v)
     }
 }
 
@@ -295,10 +284,10 @@ struct Completions {
     supported: Option<bool>,
     /// Pinned pages of words, never freed (freeing pinned memory
     /// synchronises the device); one word per stream ever used.
-    page: usize,
+    page: Option<&'static PinnedWords>,
     used_in_page: usize,
     /// Each stream's word and the last ticket handed out on it.
-    by_stream: HashMap<usize, (usize, u32)>,
+    by_stream: HashMap<usize, (PinnedWord, u32)>,
 }
 
 const WORDS_PER_PAGE: usize = 1024;
@@ -320,13 +309,10 @@ impl Completions {
         }
         let need_page = {
             let c = Completions::lock();
-            c.page == 0 || c.used_in_page == WORDS_PER_PAGE
+            c.page.is_none() || c.used_in_page == WORDS_PER_PAGE
         };
         let fresh = if need_page {
-            let page = crate::gpu::runtime().alloc_pinned(WORDS_PER_PAGE * 4)?;
-            // SAFETY: a fresh allocation of WORDS_PER_PAGE * 4 bytes.
-            unsafe { std::ptr::write_bytes(page as *mut u8, 0, WORDS_PER_PAGE * 4) };
-            Some(page)
+            Some(PinnedWords::leak(WORDS_PER_PAGE)?)
         } else {
             None
         };
@@ -334,10 +320,10 @@ impl Completions {
         if c.by_stream.contains_key(&stream) {
             return Ok(());
         }
-        if c.page == 0 || c.used_in_page == WORDS_PER_PAGE {
+        if c.page.is_none() || c.used_in_page == WORDS_PER_PAGE {
             match fresh {
                 Some(page) => {
-                    c.page = page;
+                    c.page = Some(page);
                     c.used_in_page = 0;
                 }
                 // Another registration took the last word meanwhile: retry.
@@ -347,7 +333,10 @@ impl Completions {
                 }
             }
         }
-        let w = (c.page + 4 * c.used_in_page, 0);
+        let word = c.page.and_then(|p| p.get(c.used_in_page)).ok_or_else(|| {
+            Error::new(OpError::InternalError, "completion word page out of words")
+        })?;
+        let w = (word, 0);
         c.used_in_page += 1;
         c.by_stream.insert(stream, w);
         Ok(())
@@ -357,26 +346,21 @@ impl Completions {
 /// Enqueues `op` on a GPU stream: a host function that only hands the I/O
 /// to a worker thread, then a device-side wait for the worker's ticket.
 /// Falls back to holding the stream when the runtime cannot wait on a word.
-fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
+fn enqueue_gpu<S: ArgSlots>(stream: ForeignStream, op: StreamOp<S>) -> Result<()> {
     let rt = crate::gpu::runtime();
     // Held across both enqueues so tickets on one stream are enqueued in order.
     let mut c = Completions::lock();
-    let word = c.by_stream.get(&stream).copied();
+    let word = c.by_stream.get(&stream.key()).copied();
     let (word, last) = match word {
         Some(w) if c.supported != Some(false) => w,
         _ => {
             drop(c);
-            // SAFETY: `stream` is the caller's of read_async/write_async,
-            // whose contract includes a live stream of the active runtime.
-            return unsafe {
-                rt.launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
-            };
+            return stream.launch_host_func(Box::new(move || op.run_holding_stream()));
         }
     };
     if c.supported.is_none() {
         // Probe with a wait that already holds (the word is at `last`).
-        // SAFETY: as above for `stream`; `word` is pinned memory never freed.
-        let ok = unsafe { rt.stream_wait_value32(StreamId(stream), word, last)? };
+        let ok = stream.wait_value32(word, last)?;
         c.supported = Some(ok);
         if !ok {
             log::info!(
@@ -384,30 +368,22 @@ fn enqueue_gpu<S: ArgSlots>(stream: usize, op: StreamOp<S>) -> Result<()> {
                 rt.name()
             );
             drop(c);
-            // SAFETY: `stream` is the caller's of read_async/write_async,
-            // whose contract includes a live stream of the active runtime.
-            return unsafe {
-                rt.launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
-            };
+            return stream.launch_host_func(Box::new(move || op.run_holding_stream()));
         }
     }
     let ticket = last.wrapping_add(1);
-    // SAFETY: the word is 4-byte aligned pinned memory that is never freed,
-    // and only ever accessed atomically (by us) or read by the device.
-    let done: &'static AtomicU32 = unsafe { AtomicU32::from_ptr(word as *mut u32) };
+    let done: &'static AtomicU32 = word.atomic();
     let job = Arc::new(Mutex::new(Some(op)));
     let start = {
         let job = Arc::clone(&job);
         move || start_worker(job, done, ticket)
     };
-    // SAFETY: as above.
-    unsafe { rt.launch_host_func(StreamId(stream), Box::new(start))? };
+    stream.launch_host_func(Box::new(start))?;
     // From here the worker will store `ticket`, so it is spent either way.
-    if let Some(w) = c.by_stream.get_mut(&stream) {
+    if let Some(w) = c.by_stream.get_mut(&stream.key()) {
         w.1 = ticket;
     }
-    // SAFETY: as above.
-    match unsafe { rt.stream_wait_value32(StreamId(stream), word, ticket) } {
+    match stream.wait_value32(word, ticket) {
         Ok(true) => Ok(()),
         Ok(false) => Err(Error::new(
             OpError::InternalError,
@@ -452,11 +428,12 @@ fn enqueue<S: ArgSlots>(
     base: usize,
     buf_len: Option<usize>,
     slots: S,
-    stream: usize,
+    stream: ForeignStream,
 ) -> Result<()> {
-    let flags = stream_flags(stream).ok_or_else(|| {
+    let flags = stream_flags(stream.key()).ok_or_else(|| {
         invalid(format!(
-            "stream {stream:#x} is not registered; call stream_register first"
+            "stream {:#x} is not registered; call stream_register first",
+            stream.key()
         ))
     })?;
     if base == 0 {
@@ -483,11 +460,7 @@ fn enqueue<S: ArgSlots>(
         slots,
     };
     if crate::gpu::runtime().name() == "host" {
-        // SAFETY: `stream` is the caller's, live by read_async's contract.
-        unsafe {
-            crate::gpu::runtime()
-                .launch_host_func(StreamId(stream), Box::new(move || op.run_holding_stream()))
-        }
+        stream.launch_host_func(Box::new(move || op.run_holding_stream()))
     } else {
         enqueue_gpu(stream, op)
     }
@@ -512,6 +485,8 @@ pub unsafe fn read_async(
     stream: usize,
 ) -> Result<()> {
     let slots = raw_slots(size_p, file_offset_p, buffer_offset_p, bytes_read_p)?;
+    // The caller vouched for the stream and the pointers (the contract above).
+    let stream = ForeignStream::vouched(StreamId(stream));
     enqueue(Dir::Read, handle, base, None, slots, stream)
 }
 
@@ -531,6 +506,8 @@ pub unsafe fn write_async(
     stream: usize,
 ) -> Result<()> {
     let slots = raw_slots(size_p, file_offset_p, buffer_offset_p, bytes_written_p)?;
+    // The caller vouched for the stream and the pointers (the contract above).
+    let stream = ForeignStream::vouched(StreamId(stream));
     enqueue(Dir::Write, handle, base, None, slots, stream)
 }
 
@@ -539,16 +516,9 @@ fn raw_slots(
     file_offset_p: *const i64,
     buffer_offset_p: *const i64,
     out_p: *mut isize,
-) -> Result<RawSlots> {
-    if size_p.is_null() || file_offset_p.is_null() || buffer_offset_p.is_null() || out_p.is_null() {
-        return Err(invalid("an async size, offset or result pointer is null"));
-    }
-    Ok(RawSlots {
-        size: size_p as usize,
-        file_offset: file_offset_p as usize,
-        buffer_offset: buffer_offset_p as usize,
-        out: out_p as usize,
-    })
+) -> Result<CallerSlots> {
+    CallerSlots::vouched(size_p, file_offset_p, buffer_offset_p, out_p)
+        .ok_or_else(|| invalid("an async size, offset or result pointer is null"))
 }
 
 impl FileHandle {
@@ -557,7 +527,7 @@ impl FileHandle {
         dir: Dir,
         buffer: &Buffer<'_>,
         args: &Arc<AsyncArgs>,
-        stream: usize,
+        stream: ForeignStream,
     ) -> Result<()> {
         let handle = self.handle().ok_or_else(|| {
             Error::new(
@@ -591,7 +561,13 @@ impl FileHandle {
         args: &Arc<AsyncArgs>,
         stream: usize,
     ) -> Result<()> {
-        self.async_op(Dir::Read, buffer, args, stream)
+        // The caller vouched for the stream (the contract above).
+        self.async_op(
+            Dir::Read,
+            buffer,
+            args,
+            ForeignStream::vouched(StreamId(stream)),
+        )
     }
 
     /// Enqueues a write from `buffer` on `stream`: see [`FileHandle::read_async`].
@@ -604,7 +580,13 @@ impl FileHandle {
         args: &Arc<AsyncArgs>,
         stream: usize,
     ) -> Result<()> {
-        self.async_op(Dir::Write, buffer, args, stream)
+        // The caller vouched for the stream (the contract above).
+        self.async_op(
+            Dir::Write,
+            buffer,
+            args,
+            ForeignStream::vouched(StreamId(stream)),
+        )
     }
 }
 

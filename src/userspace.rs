@@ -30,9 +30,8 @@ pub enum UserspaceBuf {
     },
 }
 
-// SAFETY: the raw pointers are only dereferenced by the filesystem while the
-// caller's read/write call (which owns the borrow of the memory) is running.
-unsafe impl Send for UserspaceBuf {}
+// UserspaceBuf is Send: lent memory crosses threads with the call that owns
+// it (the impl and its reasoning are in `crate::lent`).
 
 /// The errno a filesystem meant by a negative `ssize_t` return (`-errno`).
 /// Anything that is not a real errno (`-100000`, `isize::MIN`) is `EIO`:

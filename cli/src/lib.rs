@@ -3,13 +3,11 @@
 //! background mount) and measurements; the core `hipfs` has none of them,
 //! so `libhipfile.so` and the Python extension do not carry them.
 
-// No `unsafe` here: process control goes through std, rustix and
-// signal-hook. Three bench sites still need it and carry
-// `#[allow(unsafe_code)]`: two in bench/gpu.rs (raw pinned memory and the
-// runtime's async copies, until the core has typed pinned-host and stream
-// handles) and one in bench/remote.rs (reading a registered host buffer
-// back, until the buffer API has a safe view).
-#![deny(unsafe_code)]
+// No `unsafe` here, and none may be added: process control goes through
+// std, rustix and signal-hook; the benchmarks use the core's typed GPU
+// handles (PinnedHost, DeviceAllocation, Stream::scope for async copies)
+// and Buffer::as_host_slice to read a registered buffer back.
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod check;

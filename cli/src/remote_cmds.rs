@@ -68,11 +68,17 @@ pub struct ServeArgs {
     /// Send placed reads straight from the file with sendfile(2) (TCP)
     /// instead of through registered staging memory: one copy less on the
     /// server; on loopback it was slower on 2 CPUs and faster on 16
-    /// (compare with `hipfs bench userspace --sendfile`). Only for clients
-    /// without message authentication (HIPFS_UNAUTHENTICATED_MESSAGES=1):
-    /// authenticated TCP connections hash placed bytes, so they stage.
+    /// (compare with `hipfs bench userspace --sendfile`). Not with
+    /// --hash-placed-reads or TLS (the server must see the bytes), where
+    /// placed reads are staged.
     #[arg(long)]
     pub sendfile: bool,
+    /// Put a BLAKE3 hash of every placed read's bytes in its authenticated
+    /// reply (TCP), so bytes altered on the path are caught without TLS.
+    /// Costs about a quarter of UserspaceFs throughput; --tls-cert covers
+    /// the bytes too, and hides them.
+    #[arg(long)]
+    pub hash_placed_reads: bool,
     /// Connections open at once; more are refused with a message.
     #[arg(long, default_value_t = 64)]
     pub max_connections: usize,
@@ -175,6 +181,7 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     cfg.insecure = args.insecure;
     cfg.workers = args.workers;
     cfg.send_from_file = args.sendfile;
+    cfg.hash_placed_reads = args.hash_placed_reads;
     cfg.limits.max_connections = args.max_connections;
     cfg.limits.max_requests = args.max_requests;
     cfg.limits.max_bytes_in_flight = args.max_bytes_in_flight.saturating_mul(1 << 20);

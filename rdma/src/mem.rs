@@ -133,3 +133,47 @@ impl Drop for OwnedRegion {
         drop(self.release());
     }
 }
+
+/// `len` bytes inside a live registered TCP region, found by a
+/// bounds-checked lookup ([`RegisteredSpan::within`]): the one place where
+/// the TCP transport moves bytes between the socket and registered memory.
+///
+/// A [`Range`](crate::tcp::regions::Range) exists only for memory handed to
+/// the unsafe `Connection::register`, whose contract keeps the memory valid
+/// until the region is dropped; the key table's slot lock, held by the
+/// caller while the span is used, keeps the region from being dropped
+/// meanwhile. The bytes are never formed into Rust references: the peer (or
+/// the application, for memory it lent) may change them concurrently.
+pub(crate) struct RegisteredSpan {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl RegisteredSpan {
+    /// `[addr, addr+len)` when it lies inside `range`.
+    pub(crate) fn within(range: &crate::tcp::regions::Range, addr: u64, len: u64) -> Option<Self> {
+        let len = usize::try_from(len).ok()?;
+        range
+            .sub(addr, len as u64)
+            .map(|ptr| RegisteredSpan { ptr, len })
+    }
+
+    /// Sends the span's bytes on a lane's sending half (plain or TLS).
+    pub(crate) fn send(
+        &self,
+        tx: &mut crate::tcp::stream::TxStream,
+        more: bool,
+    ) -> std::io::Result<()> {
+        // SAFETY: inside a live registered region (see the type's doc),
+        // readable for the call.
+        unsafe { tx.send_raw(self.ptr, self.len, more) }
+    }
+
+    /// Fills the span with exactly its length of bytes from a lane's
+    /// receiving half (plain or TLS).
+    pub(crate) fn recv(&self, rx: &mut crate::tcp::stream::RxStream) -> std::io::Result<()> {
+        // SAFETY: inside a live registered region (see the type's doc),
+        // writable for the call.
+        unsafe { rx.recv_raw(self.ptr, self.len) }
+    }
+}

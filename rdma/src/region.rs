@@ -18,7 +18,11 @@ pub(crate) trait RegionHandle: Send + Sync {}
 /// Deregistered when the last `Arc` goes (RAII); the memory must stay valid
 /// until then (that is the promise made to the unsafe `register`).
 pub struct LocalRegion {
-    ptr: *mut u8,
+    // The CPU address as an integer: a region describes memory and never
+    // dereferences it (the transports move its bytes through
+    // `mem::RegisteredSpan` or the NIC), so it is Send + Sync like any
+    // other plain data, with no `unsafe impl` needed.
+    ptr: usize,
     len: usize,
     addr: u64,
     lkey: u32,
@@ -31,18 +35,10 @@ pub struct LocalRegion {
     _handle: Box<dyn RegionHandle>,
 }
 
-// SAFETY: a LocalRegion is a description of memory (pointer, length, keys)
-// plus a handle that is itself Send + Sync; it never dereferences the
-// pointer itself. Who writes through it is governed by the transports,
-// which only touch the memory under the register() contract.
-unsafe impl Send for LocalRegion {}
-// SAFETY: as above; all fields are immutable after construction.
-unsafe impl Sync for LocalRegion {}
-
 impl std::fmt::Debug for LocalRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalRegion")
-            .field("ptr", &self.ptr)
+            .field("ptr", &format_args!("{:#x}", self.ptr))
             .field("len", &self.len)
             .field("addr", &format_args!("{:#x}", self.addr))
             .field("lkey", &self.lkey)
@@ -66,7 +62,7 @@ impl LocalRegion {
         handle: Box<dyn RegionHandle>,
     ) -> Self {
         LocalRegion {
-            ptr,
+            ptr: ptr as usize,
             len,
             addr,
             lkey,
@@ -80,7 +76,7 @@ impl LocalRegion {
     /// CPU pointer to the first byte; null for dmabuf regions, which have
     /// no CPU mapping here.
     pub fn ptr(&self) -> *mut u8 {
-        self.ptr
+        self.ptr as *mut u8
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {

@@ -3,6 +3,7 @@
 //! library is missing is skipped with a log line, never a crash.
 
 use crate::error::{Error, OpError, Result};
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 mod host;
@@ -391,6 +392,369 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Runs `f` with a [`StreamScope`] whose async copies borrow host and
+    /// device memory from the caller, and synchronises the stream before it
+    /// returns (also when `f` fails or panics), so no copy outlives the
+    /// memory it uses: the `std::thread::scope` pattern for stream work.
+    ///
+    /// Returns `f`'s error first, then the synchronisation's. If the stream
+    /// cannot be synchronised, whether the copies finished is unknown and
+    /// the borrowed memory could still be written by the GPU: the process
+    /// aborts rather than hand that memory back.
+    pub fn scope<'env, T>(
+        &'env self,
+        f: impl for<'scope> FnOnce(&'scope StreamScope<'scope, 'env>) -> Result<T>,
+    ) -> Result<T> {
+        let scope = StreamScope {
+            stream: self,
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        // Synchronises on every way out of `f` (a panic included).
+        let guard = SyncOnDrop(self);
+        let r = f(&scope);
+        std::mem::forget(guard);
+        let synced = self.synchronize();
+        if let Err(e) = &synced {
+            sync_failed(e);
+        }
+        let out = r?;
+        synced.map(|_| out)
+    }
+}
+
+fn sync_failed(e: &Error) -> ! {
+    log::error!("a stream scope cannot synchronise its stream ({e}): copies may still use borrowed memory; aborting");
+    std::process::abort()
+}
+
+struct SyncOnDrop<'a>(&'a Stream);
+
+impl Drop for SyncOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.synchronize() {
+            sync_failed(&e);
+        }
+    }
+}
+
+/// Async copies on one stream that borrow memory for `'scope`: see
+/// [`Stream::scope`]. Host memory that device-to-host copies write is lent
+/// to the scope once ([`StreamScope::lend_mut`]) and the CPU cannot touch it
+/// until the scope ends; copies on one stream run in order.
+pub struct StreamScope<'scope, 'env: 'scope> {
+    stream: &'env Stream,
+    // Invariant in 'scope (as std::thread::Scope), so borrows handed in
+    // must outlive the whole scope.
+    _scope: PhantomData<&'scope mut &'scope ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+/// Host memory lent to a [`StreamScope`] as a device-to-host copy target.
+pub struct ScopedHostMut<'scope> {
+    ptr: *mut u8,
+    len: usize,
+    _memory: PhantomData<&'scope mut [u8]>,
+}
+
+impl ScopedHostMut<'_> {
+    /// Bytes lent.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no bytes are lent.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+fn check_span(what: &str, off: usize, len: usize, total: usize) -> Result<()> {
+    match off.checked_add(len) {
+        Some(end) if end <= total => Ok(()),
+        _ => Err(Error::new(
+            OpError::InvalidValue,
+            format!("{len} bytes at {off} pass the end of the {total}-byte {what}"),
+        )),
+    }
+}
+
+impl<'scope> StreamScope<'scope, '_> {
+    /// Lends `mem` to the scope as the target of device-to-host copies.
+    pub fn lend_mut(&self, mem: &'scope mut [u8]) -> ScopedHostMut<'scope> {
+        ScopedHostMut {
+            ptr: mem.as_mut_ptr(),
+            len: mem.len(),
+            _memory: PhantomData,
+        }
+    }
+
+    /// Enqueues a copy of `src` into `dst` at `dst_off`.
+    pub fn copy_to_device(
+        &self,
+        dst: &'scope DeviceAllocation<'_>,
+        dst_off: usize,
+        src: &'scope [u8],
+    ) -> Result<()> {
+        check_span("device allocation", dst_off, src.len(), dst.len())?;
+        // SAFETY: `src` is borrowed for the whole scope, which synchronises
+        // the stream before the borrow ends; the device range lies inside
+        // `dst` (checked), also borrowed for the scope; the stream is live.
+        unsafe {
+            self.stream.rt.copy_to_device_async(
+                dst.device_ptr().offset(dst_off),
+                src.as_ptr(),
+                src.len(),
+                self.stream.id,
+            )
+        }
+    }
+
+    /// Enqueues a copy of `len` bytes at `src_off` in `src` into `dst` at
+    /// `dst_off`.
+    pub fn copy_from_device(
+        &self,
+        dst: &ScopedHostMut<'scope>,
+        dst_off: usize,
+        src: &'scope DeviceAllocation<'_>,
+        src_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        check_span("lent host memory", dst_off, len, dst.len)?;
+        check_span("device allocation", src_off, len, src.len())?;
+        // SAFETY: the host range lies inside memory lent exclusively to the
+        // scope (checked), which the CPU cannot reach until the scope has
+        // synchronised the stream; the device range lies inside `src`,
+        // borrowed for the scope; the stream is live.
+        unsafe {
+            self.stream.rt.copy_from_device_async(
+                dst.ptr.add(dst_off),
+                src.device_ptr().offset(src_off),
+                len,
+                self.stream.id,
+            )
+        }
+    }
+}
+
+/// Device memory lent to one I/O (a range of the caller's registered
+/// device buffer, checked against the request): made only by the
+/// lent-memory module (`LentSpan::device_range`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LentDevice {
+    ptr: DevicePtr,
+    len: usize,
+}
+
+impl LentDevice {
+    /// A range the lent-memory module vouches for.
+    pub(crate) fn vouched(ptr: DevicePtr, len: usize) -> LentDevice {
+        LentDevice { ptr, len }
+    }
+}
+
+/// A pinned slab and the event recorded after the GPU's last copy that
+/// used it: the CPU reaches the bytes only once that copy completed, and
+/// copies into or out of it are enqueued through its own methods, so no
+/// copy can be in flight while the CPU holds the slice.
+pub struct StagingSlot {
+    buf: std::mem::ManuallyDrop<PinnedHost>,
+    event: Event,
+    /// A copy was enqueued and not yet waited for.
+    in_flight: bool,
+    /// A copy may run and nothing can tell when it ends (an enqueue or
+    /// record failed and the stream could not be drained): the slab is never
+    /// handed out again, nor freed.
+    poisoned: bool,
+}
+
+impl StagingSlot {
+    /// A slot over `buf`, with `event` of the device its copies run on.
+    pub fn new(buf: PinnedHost, event: Event) -> StagingSlot {
+        StagingSlot {
+            buf: std::mem::ManuallyDrop::new(buf),
+            event,
+            in_flight: false,
+            poisoned: false,
+        }
+    }
+    /// Bytes of the slab.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+    /// Whether the slab is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// Waits until the GPU is done with the slab (its last copy completed).
+    pub fn wait(&mut self) -> Result<()> {
+        self.event.synchronize()?;
+        self.in_flight = false;
+        Ok(())
+    }
+    /// The first `len` bytes, for the CPU, after waiting for the GPU if a
+    /// copy may still use them; `len` past the slab is an error.
+    pub fn host(&mut self, len: usize) -> Result<&mut [u8]> {
+        if self.poisoned {
+            return Err(Error::new(
+                OpError::InternalError,
+                "a staging slab's last copy cannot be waited for",
+            ));
+        }
+        if self.in_flight {
+            self.wait()?;
+        }
+        let have = self.buf.len();
+        self.buf.as_mut_slice().get_mut(..len).ok_or_else(|| {
+            Error::new(
+                OpError::InternalError,
+                format!("{len} bytes do not fit a {have}-byte slab"),
+            )
+        })
+    }
+    /// Enqueues a copy of the slab's first `dst.len` bytes to `dst` on
+    /// `stream`, then records the slot's event after it.
+    pub(crate) fn copy_to_device(&mut self, dst: LentDevice, stream: &Stream) -> Result<()> {
+        check_span("slab", 0, dst.len, self.buf.len())?;
+        // Marked first: even a failed enqueue may have started something.
+        self.in_flight = true;
+        // SAFETY: the slab is ours and the CPU cannot touch it until the
+        // event recorded below completed (`host` waits for it; Drop too;
+        // `settle` covers a failed record); `dst` is lent device memory of
+        // the request (LentDevice's maker checked it against the request);
+        // the stream is live.
+        let r = unsafe {
+            self.buf
+                .rt
+                .copy_to_device_async(dst.ptr, self.buf.ptr(), dst.len, stream.id())
+        };
+        self.settle(r, stream)
+    }
+    /// Enqueues a copy of `src` into the slab's first `src.len` bytes on
+    /// `stream`, then records the slot's event after it.
+    pub(crate) fn copy_from_device(&mut self, src: LentDevice, stream: &Stream) -> Result<()> {
+        check_span("slab", 0, src.len, self.buf.len())?;
+        self.in_flight = true;
+        // SAFETY: as in copy_to_device; the slab is written by the copy and
+        // read by the CPU only after the event completed.
+        let r = unsafe {
+            self.buf
+                .rt
+                .copy_from_device_async(self.buf.ptr(), src.ptr, src.len, stream.id())
+        };
+        self.settle(r, stream)
+    }
+
+    /// Records the event after an enqueue. When the enqueue or the record
+    /// failed, the event does not tell when a copy ends, so wait for the
+    /// whole stream, or (if even that fails) never use the slab again.
+    fn settle(&mut self, enqueued: Result<()>, stream: &Stream) -> Result<()> {
+        let r = enqueued.and_then(|_| self.event.record(stream));
+        if r.is_err() {
+            match stream.synchronize() {
+                Ok(()) => self.in_flight = false,
+                Err(_) => self.poisoned = true,
+            }
+        }
+        r
+    }
+}
+
+impl Drop for StagingSlot {
+    fn drop(&mut self) {
+        // The slab may be freed only once no copy uses it; when that cannot
+        // be known, leak it rather than free memory the GPU may still use.
+        if self.poisoned || (self.in_flight && self.event.synchronize().is_err()) {
+            log::warn!("a staging slab's last copy cannot be waited for; leaking the slab");
+            return;
+        }
+        // SAFETY: dropped once, here, and never used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.buf) };
+    }
+}
+
+/// A stream handle the caller of an `unsafe` stream-ordered I/O entry
+/// point (`stream::read_async`/`write_async`, `FileHandle::read_async`/
+/// `write_async`, the C ABI's `hipFileReadAsync`/`WriteAsync`) passed in:
+/// their contract is that it is a live stream of the active runtime (or 0)
+/// until the stream has run what is enqueued on it. Only those entry points
+/// make one ([`ForeignStream::vouched`]); the methods are then safe.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ForeignStream(StreamId);
+
+impl ForeignStream {
+    /// The stream a caller of an unsafe entry point vouched for (see the
+    /// type's doc; for those entry points only).
+    pub(crate) fn vouched(id: StreamId) -> ForeignStream {
+        ForeignStream(id)
+    }
+    /// The raw handle (as a key; never to make GPU calls with).
+    pub(crate) fn key(self) -> usize {
+        self.0 .0
+    }
+    /// Runs `f` when the stream reaches this point.
+    pub(crate) fn launch_host_func(self, f: Box<dyn FnOnce() + Send>) -> Result<()> {
+        // SAFETY: the stream is live (the vouching caller's contract).
+        unsafe { runtime().launch_host_func(self.0, f) }
+    }
+    /// Makes the stream wait until `word` reaches `value`; `Ok(false)`: the
+    /// runtime cannot (see [`GpuRuntime::stream_wait_value32`]).
+    pub(crate) fn wait_value32(self, word: PinnedWord, value: u32) -> Result<bool> {
+        // SAFETY: the stream is live (the vouching caller's contract), and a
+        // PinnedWord is pinned memory that is never freed.
+        unsafe { runtime().stream_wait_value32(self.0, word.addr(), value) }
+    }
+}
+
+/// A page of 32-bit words in pinned host memory that is never freed
+/// (freeing pinned memory synchronises the device): completion words that
+/// streams wait on while the host stores into them.
+pub(crate) struct PinnedWords {
+    mem: PinnedHost,
+}
+
+/// One word of a [`PinnedWords`] page: pinned, 4-byte aligned, `'static`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PinnedWord(&'static std::sync::atomic::AtomicU32);
+
+impl PinnedWord {
+    /// The word, for the host's side.
+    pub(crate) fn atomic(self) -> &'static std::sync::atomic::AtomicU32 {
+        self.0
+    }
+    fn addr(self) -> usize {
+        self.0 as *const std::sync::atomic::AtomicU32 as usize
+    }
+}
+
+impl PinnedWords {
+    /// `n` zeroed words from the active runtime's pinned allocator, kept for
+    /// the life of the process.
+    pub(crate) fn leak(n: usize) -> Result<&'static PinnedWords> {
+        let mem = PinnedHost::alloc(runtime(), n.max(1) * 4)?;
+        if !mem.ptr().cast::<u32>().is_aligned() {
+            return Err(Error::new(
+                OpError::InternalError,
+                "pinned memory is not 4-byte aligned",
+            ));
+        }
+        Ok(Box::leak(Box::new(PinnedWords { mem })))
+    }
+    /// Word `i`, if the page has it.
+    pub(crate) fn get(&'static self, i: usize) -> Option<PinnedWord> {
+        if i >= self.mem.len() / 4 {
+            return None;
+        }
+        // SAFETY: word i lies inside the page (checked), which is 4-byte
+        // aligned (checked in leak), zero-initialised (PinnedHost::alloc)
+        // and never freed (leaked); the CPU only accesses it atomically
+        // (this type hands out no other view) and the device only reads it.
+        let atom =
+            unsafe { std::sync::atomic::AtomicU32::from_ptr(self.mem.ptr().cast::<u32>().add(i)) };
+        Some(PinnedWord(atom))
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         match self.rt.bind(self.device) {
@@ -481,10 +845,14 @@ unsafe impl Sync for PinnedHost {}
 
 impl PinnedHost {
     /// `len` bytes from the runtime's pinned allocator.
+    /// The bytes are zeroed (once, here), so that they can be handed out
+    /// as a slice.
     pub fn alloc(rt: &'static dyn GpuRuntime, len: usize) -> Result<PinnedHost> {
         let addr = rt.alloc_pinned(len)?;
         let ptr = std::ptr::NonNull::new(addr as *mut u8)
             .ok_or_else(|| Error::new(OpError::InternalError, "pinned allocator gave NULL"))?;
+        // SAFETY: a fresh allocation of `len` writable bytes, ours alone.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
         Ok(PinnedHost {
             rt,
             ptr,
@@ -525,6 +893,17 @@ impl PinnedHost {
     /// Whether no bytes are usable.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The memory, for the CPU. Only between the GPU's uses of it: an
+    /// async copy that reads or writes it (an `unsafe` runtime call) must
+    /// have completed.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the memory is ours (allocated zeroed in alloc(), or an
+        // anonymous mapping, which the kernel zeroes), `len` bytes, and
+        // borrowed exclusively through `&mut self`; a copy still in flight
+        // would be the broken contract of the unsafe call that started it
+        // (or is excluded by the scope's borrow).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 

@@ -117,12 +117,7 @@ fn pinned_buf(rt: &'static dyn GpuRuntime, len: usize, pin: PinMode) -> Result<P
 }
 
 /// One slab and the event recorded after the last copy that used it.
-pub struct Slot {
-    /// The slab.
-    pub buf: PinnedBuf,
-    /// Completes when the GPU is done with the slab.
-    pub event: Event,
-}
+pub type Slot = crate::gpu::StagingSlot;
 
 /// One worker's stream and slabs. Everything is freed on drop, after the
 /// stream has drained (nothing may still read a slab when it goes).
@@ -147,7 +142,7 @@ impl Lane {
         for _ in 0..plan.depth {
             let buf = pinned_buf(rt, plan.slab, plan.pin)?;
             let event = Event::new(rt, device)?;
-            slots.push(Slot { buf, event });
+            slots.push(Slot::new(buf, event));
         }
         Ok(Lane {
             device,

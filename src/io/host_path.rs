@@ -2,12 +2,16 @@
 //! cache (`preadv2(RWF_NOWAIT)`), the rest goes O_DIRECT for the aligned
 //! middle and buffered for the unaligned edges, split across workers.
 
-use super::posix::{cached_pages, pread_full, pread_once, pwrite_full, AlignedBuf, PosixFile, Rw};
+use super::posix::{
+    cached_pages, pread_full, pread_once_into, pwrite_all, AlignedBuf, PosixFile, Rw,
+};
 use super::{run_chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
 use std::cell::RefCell;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 
 thread_local! {
@@ -53,39 +57,25 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
         && config.get_bool(crate::config::BoolParam::ExecutionParallelIO);
     let chunk = round_up(config.chunk_bytes() as u64, pf.offset_align as u64) as usize;
     run_chunks(
+        LentSpan::of_request(req.mem, req.size),
         req.file_offset,
         req.size,
         chunk,
         config.io_threads(),
         parallel,
-        &|_, off, len, m| {
-            let mem = (req.mem + m) as *mut u8;
-            // SAFETY: validate() checked mem..mem+size lies in the caller's
-            // buffer, and chunks are disjoint sub-ranges of it.
-            unsafe {
-                match req.dir {
-                    Dir::Read => read_range(pf, mem, len, off),
-                    Dir::Write => write_range(pf, mem, len, off),
-                }
-            }
+        &|off, mem| match req.dir {
+            Dir::Read => read_range(pf, mem, off),
+            Dir::Write => write_range(pf, mem, off),
         },
     )
 }
 
-/// Reads `[off, off+len)` into `dst`; returns bytes read (short at EOF).
-///
-/// # Safety
-/// `dst` must be valid for `len` writable bytes.
-pub(crate) unsafe fn read_range(
-    pf: &PosixFile,
-    dst: *mut u8,
-    len: usize,
-    off: u64,
-) -> Result<usize> {
-    let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
-    let Some(direct) = pf.direct_fd() else {
-        // SAFETY: forwarded caller guarantee.
-        let n = unsafe { pread_full(buffered, dst, len, off) }.map_err(|e| sys(e, "pread"))?;
+/// Reads `[off, off+dst.len())` into `dst`; returns bytes read (short at EOF).
+pub(crate) fn read_range(pf: &PosixFile, dst: &mut [u8], off: u64) -> Result<usize> {
+    let len = dst.len();
+    let buffered = pf.buffered.as_fd();
+    let Some(direct) = pf.direct_borrowed() else {
+        let n = pread_full(buffered, dst, off).map_err(|e| sys(e, "pread"))?;
         stats::record_read(IoPath::Buffered, n);
         return Ok(n);
     };
@@ -93,14 +83,11 @@ pub(crate) unsafe fn read_range(
     // Probing an uncached range with RWF_NOWAIT starts buffered readahead of
     // the very bytes O_DIRECT then reads again (a cold read would hit the
     // disk twice), so ask cachestat(2) first: it starts no I/O.
-    let cold = cached_pages(buffered, off, len) == Some(0);
+    let cold = cached_pages(buffered.as_raw_fd(), off, len) == Some(0);
     if !cold && pf.nowait_ok.load(Ordering::Relaxed) {
         // Pages already in the page cache: one copy, no device I/O.
         while done < len {
-            // SAFETY: dst+done..dst+len is inside the caller's range.
-            match unsafe {
-                pread_once(buffered, dst.add(done), len - done, off + done as u64, true)
-            } {
+            match pread_once_into(buffered, &mut dst[done..], off + done as u64, true) {
                 Ok(Rw::Done(0)) => {
                     stats::record_read(IoPath::Buffered, done);
                     return Ok(done);
@@ -130,9 +117,8 @@ pub(crate) unsafe fn read_range(
     // Unaligned head: buffered.
     if a > start {
         let want = (a - start) as usize;
-        // SAFETY: inside the caller's range.
-        let n = unsafe { pread_full(buffered, dst.add(at(start)), want, start) }
-            .map_err(|e| sys(e, "pread"))?;
+        let n =
+            pread_full(buffered, &mut dst[at(start)..at(a)], start).map_err(|e| sys(e, "pread"))?;
         stats::record_read(IoPath::Buffered, n);
         done += n;
         if n < want {
@@ -142,8 +128,7 @@ pub(crate) unsafe fn read_range(
     // Aligned middle: O_DIRECT.
     if b > a {
         let want = (b - a) as usize;
-        // SAFETY: inside the caller's range.
-        let n = unsafe { read_direct(pf, direct, buffered, dst.add(at(a)), want, a)? };
+        let n = read_direct(pf, direct, buffered, &mut dst[at(a)..at(b)], a)?;
         done += n;
         if n < want {
             return Ok(done);
@@ -151,10 +136,7 @@ pub(crate) unsafe fn read_range(
     }
     // Unaligned tail: buffered.
     if end > b {
-        let want = (end - b) as usize;
-        // SAFETY: inside the caller's range.
-        let n = unsafe { pread_full(buffered, dst.add(at(b)), want, b) }
-            .map_err(|e| sys(e, "pread"))?;
+        let n = pread_full(buffered, &mut dst[at(b)..], b).map_err(|e| sys(e, "pread"))?;
         stats::record_read(IoPath::Buffered, n);
         done += n;
     }
@@ -163,27 +145,26 @@ pub(crate) unsafe fn read_range(
 
 /// O_DIRECT read of an aligned range, through a bounce buffer when `dst` is
 /// not aligned for DMA; falls back to buffered if the kernel refuses.
-unsafe fn read_direct(
+fn read_direct(
     pf: &PosixFile,
-    direct: i32,
-    buffered: i32,
-    dst: *mut u8,
-    len: usize,
+    direct: BorrowedFd<'_>,
+    buffered: BorrowedFd<'_>,
+    dst: &mut [u8],
     off: u64,
 ) -> Result<usize> {
-    let aligned_mem = (dst as usize).is_multiple_of(pf.mem_align);
+    let len = dst.len();
+    let aligned_mem = (dst.as_ptr() as usize).is_multiple_of(pf.mem_align);
     let r = if aligned_mem {
-        // SAFETY: caller's range.
-        unsafe { pread_full(direct, dst, len, off) }
+        pread_full(direct, dst, off)
     } else {
         with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
+            let bounce = bounce.as_mut_slice();
+            let step = bounce.len() / pf.offset_align * pf.offset_align;
             let mut done = 0usize;
             while done < len {
-                let n = (len - done).min(bounce.len() / pf.offset_align * pf.offset_align);
-                // SAFETY: bounce holds at least n bytes.
-                let got = unsafe { pread_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
-                // SAFETY: dst+done..+got is inside the caller's range; bounce has got bytes.
-                unsafe { std::ptr::copy_nonoverlapping(bounce.as_mut_ptr(), dst.add(done), got) };
+                let n = (len - done).min(step);
+                let got = pread_full(direct, &mut bounce[..n], off + done as u64)?;
+                dst[done..done + got].copy_from_slice(&bounce[..got]);
                 done += got;
                 if got < n {
                     break;
@@ -199,8 +180,7 @@ unsafe fn read_direct(
         }
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             pf.disable_direct(&format!("O_DIRECT read refused ({e})"));
-            // SAFETY: caller's range.
-            let n = unsafe { pread_full(buffered, dst, len, off) }.map_err(|e| sys(e, "pread"))?;
+            let n = pread_full(buffered, dst, off).map_err(|e| sys(e, "pread"))?;
             stats::record_read(IoPath::Buffered, n);
             Ok(n)
         }
@@ -208,20 +188,13 @@ unsafe fn read_direct(
     }
 }
 
-/// Writes `[off, off+len)` from `src`; returns `len` or fails.
-///
-/// # Safety
-/// `src` must be valid for `len` readable bytes.
-pub(crate) unsafe fn write_range(
-    pf: &PosixFile,
-    src: *const u8,
-    len: usize,
-    off: u64,
-) -> Result<usize> {
-    let buffered = std::os::fd::AsRawFd::as_raw_fd(&pf.buffered);
-    let Some(direct) = pf.direct_fd() else {
-        // SAFETY: forwarded caller guarantee.
-        let n = unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
+/// Writes `src` at `[off, off+src.len())`; returns `src.len()` or fails
+/// (a short count when a failure came after some bytes went out).
+pub(crate) fn write_range(pf: &PosixFile, src: &[u8], off: u64) -> Result<usize> {
+    let len = src.len();
+    let buffered = pf.buffered.as_fd();
+    let Some(direct) = pf.direct_borrowed() else {
+        let n = pwrite_all(buffered, src, off).map_err(|e| sys(e, "pwrite"))?;
         stats::record_write(IoPath::Buffered, n);
         return Ok(n);
     };
@@ -235,8 +208,7 @@ pub(crate) unsafe fn write_range(
     // block intact (the kernel reads it in first).
     if a > off {
         let want = (a - off) as usize;
-        // SAFETY: caller's range.
-        let n = unsafe { pwrite_full(buffered, src, want, off) }.map_err(|e| sys(e, "pwrite"))?;
+        let n = pwrite_all(buffered, &src[..want], off).map_err(|e| sys(e, "pwrite"))?;
         stats::record_write(IoPath::Buffered, n);
         done += n;
         if n < want {
@@ -245,46 +217,40 @@ pub(crate) unsafe fn write_range(
     }
     if b > a {
         let want = (b - a) as usize;
-        // SAFETY: caller's range.
-        let n = unsafe { write_direct(pf, direct, buffered, src.add(at(a)), want, a)? };
+        let n = write_direct(pf, direct, buffered, &src[at(a)..at(b)], a)?;
         done += n;
         if n < want {
             return Ok(done);
         }
     }
     if end > b {
-        let want = (end - b) as usize;
-        // SAFETY: caller's range.
-        let n = unsafe { pwrite_full(buffered, src.add(at(b)), want, b) }
-            .map_err(|e| sys(e, "pwrite"))?;
+        let n = pwrite_all(buffered, &src[at(b)..], b).map_err(|e| sys(e, "pwrite"))?;
         stats::record_write(IoPath::Buffered, n);
         done += n;
     }
     Ok(done)
 }
 
-unsafe fn write_direct(
+fn write_direct(
     pf: &PosixFile,
-    direct: i32,
-    buffered: i32,
-    src: *const u8,
-    len: usize,
+    direct: BorrowedFd<'_>,
+    buffered: BorrowedFd<'_>,
+    src: &[u8],
     off: u64,
 ) -> Result<usize> {
-    let aligned_mem = (src as usize).is_multiple_of(pf.mem_align);
+    let len = src.len();
+    let aligned_mem = (src.as_ptr() as usize).is_multiple_of(pf.mem_align);
     let r = if aligned_mem {
-        // SAFETY: caller's range.
-        unsafe { pwrite_full(direct, src, len, off) }
+        pwrite_all(direct, src, off)
     } else {
         with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
+            let bounce = bounce.as_mut_slice();
+            let step = bounce.len() / pf.offset_align * pf.offset_align;
             let mut done = 0usize;
             while done < len {
-                let n = (len - done).min(bounce.len() / pf.offset_align * pf.offset_align);
-                // SAFETY: src+done..+n is in the caller's range; bounce holds n bytes.
-                unsafe { std::ptr::copy_nonoverlapping(src.add(done), bounce.as_mut_ptr(), n) };
-                // SAFETY: bounce holds n initialised bytes.
-                let put =
-                    unsafe { pwrite_full(direct, bounce.as_mut_ptr(), n, off + done as u64)? };
+                let n = (len - done).min(step);
+                bounce[..n].copy_from_slice(&src[done..done + n]);
+                let put = pwrite_all(direct, &bounce[..n], off + done as u64)?;
                 done += put;
                 if put < n {
                     break;
@@ -300,9 +266,7 @@ unsafe fn write_direct(
         }
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
             pf.disable_direct(&format!("O_DIRECT write refused ({e})"));
-            // SAFETY: caller's range.
-            let n =
-                unsafe { pwrite_full(buffered, src, len, off) }.map_err(|e| sys(e, "pwrite"))?;
+            let n = pwrite_all(buffered, src, off).map_err(|e| sys(e, "pwrite"))?;
             stats::record_write(IoPath::Buffered, n);
             Ok(n)
         }

@@ -15,6 +15,7 @@ pub mod workers;
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, MemoryKind};
+use crate::lent::{LentChunks, LentSpan};
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use posix::PosixFile;
@@ -216,41 +217,7 @@ fn userspace_transfer(
     Ok(n)
 }
 
-/// `[off, off+size)` cut at multiples of `chunk` (file-offset boundaries,
-/// so only the request's own edges can be unaligned).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Chunks {
-    off: u64,
-    end: u64,
-    chunk: u64,
-    first: u64,
-}
-
-impl Chunks {
-    /// The chunks of a non-empty range.
-    pub(crate) fn new(off: u64, size: usize, chunk: usize) -> Chunks {
-        let chunk = chunk.max(1) as u64;
-        Chunks {
-            off,
-            end: off + size as u64,
-            chunk,
-            first: off / chunk,
-        }
-    }
-
-    /// How many chunks there are.
-    pub(crate) fn count(&self) -> usize {
-        ((self.end - 1) / self.chunk - self.first + 1) as usize
-    }
-
-    /// Chunk `i`: (file offset, length, offset from the request's start).
-    pub(crate) fn get(&self, i: usize) -> (u64, usize, usize) {
-        let k = self.first + i as u64;
-        let s = (k * self.chunk).max(self.off);
-        let e = ((k + 1) * self.chunk).min(self.end);
-        (s, (e - s) as usize, (s - self.off) as usize)
-    }
-}
+pub(crate) use crate::lent::Chunks;
 
 /// One slot per chunk, filled by whichever worker moved it.
 pub(crate) type ChunkResults = Vec<std::sync::Mutex<Option<Result<usize>>>>;
@@ -283,44 +250,43 @@ pub(crate) fn contiguous_prefix(chunks: &Chunks, results: ChunkResults) -> Resul
     Ok(total)
 }
 
-/// Splits `[off, off+size)` at multiples of `chunk` and runs `each(index,
-/// chunk_offset, chunk_len, mem_offset)`, on the worker pool when
-/// `parallel`; returns [`contiguous_prefix`] of what moved.
+/// Cuts `mem` (the request's lent memory, `mem_len` bytes for the file
+/// range at `off`) at multiples of `chunk` and runs `each(chunk_offset,
+/// chunk_memory)`, on the worker pool when `parallel`; returns
+/// [`contiguous_prefix`] of what moved.
 pub(crate) fn run_chunks(
+    mem: LentSpan,
     off: u64,
     size: usize,
     chunk: usize,
     threads: usize,
     parallel: bool,
-    each: &(dyn Fn(usize, u64, usize, usize) -> Result<usize> + Sync),
+    each: &(dyn Fn(u64, &mut [u8]) -> Result<usize> + Sync),
 ) -> Result<usize> {
-    let chunks = Chunks::new(off, size, chunk.max(4096));
-    let n = chunks.count();
-    let results = chunk_results(&chunks);
-    let next = std::sync::atomic::AtomicUsize::new(0);
+    let chunks = LentChunks::new(mem, Chunks::new(off, size, chunk.max(4096)))
+        .ok_or_else(|| Error::new(OpError::InternalError, "chunks do not cover the request"))?;
+    let n = chunks.chunks().count();
+    let results = chunk_results(chunks.chunks());
     let stop = std::sync::atomic::AtomicBool::new(false);
     let work = |_worker: usize| loop {
         if stop.load(std::sync::atomic::Ordering::Relaxed) {
             break;
         }
-        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if i >= n {
-            break;
-        }
-        let (s, len, m) = chunks.get(i);
-        let r = each(i, s, len, m);
+        let Some(c) = chunks.claim() else { break };
+        let len = c.mem.len();
+        let r = each(c.file_offset, c.mem);
         if !matches!(r, Ok(got) if got == len) {
             // A short chunk (EOF) or an error: later chunks are moot.
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        *results[c.index].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
     };
     if n == 1 || !parallel || threads <= 1 {
         work(0);
     } else {
         workers::run_parallel(threads.min(n), &work)?;
     }
-    contiguous_prefix(&chunks, results)
+    contiguous_prefix(chunks.chunks(), results)
 }
 
 #[cfg(test)]

@@ -5,9 +5,9 @@ use crate::config::Config;
 use crate::error::{Error, OpError, Result};
 use crate::stats;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-pub use hipfs_sys::io::{pread_full_raw as pread_full, pread_once, pwrite_full_raw as pwrite_full};
+pub use hipfs_sys::io::{pread_full, pread_once_into, pwrite_all};
 pub use hipfs_sys::io::{Rw, MAX_RW_COUNT};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -164,6 +164,14 @@ impl PosixFile {
             return None;
         }
         self.direct.as_ref().map(|d| d.as_raw_fd())
+    }
+
+    /// The O_DIRECT fd, borrowed, when the direct path is usable.
+    pub fn direct_borrowed(&self) -> Option<BorrowedFd<'_>> {
+        if self.direct_broken.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.direct.as_ref().map(|d| d.as_fd())
     }
 
     /// Turns the direct path off after the kernel refused a direct call.

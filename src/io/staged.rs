@@ -19,7 +19,8 @@ use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, DevicePtr, GpuRuntime};
+use crate::gpu::{self, GpuRuntime};
+use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -60,16 +61,17 @@ enum Source<'a> {
 }
 
 impl Source<'_> {
-    /// Fills `len` bytes at `dst` from offset `off`.
-    ///
-    /// # Safety
-    /// `dst` must be valid for `len` bytes of writes.
-    unsafe fn fill(&self, dst: *mut u8, len: usize, off: u64) -> Result<usize> {
+    /// Fills `dst` from offset `off`.
+    fn fill(&self, dst: &mut [u8], off: u64) -> Result<usize> {
+        let len = dst.len();
         match self {
-            // SAFETY: the caller's guarantee.
-            Source::File(pf) => unsafe { read_range(pf, dst, len, off) },
+            Source::File(pf) => read_range(pf, dst, off),
             Source::Userspace(fs) => {
-                let n = fs.read(UserspaceBuf::Host { ptr: dst, len }, off)?;
+                let buf = UserspaceBuf::Host {
+                    ptr: dst.as_mut_ptr(),
+                    len,
+                };
+                let n = fs.read(buf, off)?;
                 if n > len {
                     return Err(Error::new(
                         OpError::InternalError,
@@ -81,18 +83,15 @@ impl Source<'_> {
         }
     }
 
-    /// Writes `len` bytes at `src` to offset `off`.
-    ///
-    /// # Safety
-    /// `src` must be valid for `len` bytes of reads.
-    unsafe fn drain(&self, src: *const u8, len: usize, off: u64) -> Result<usize> {
+    /// Writes `src` to offset `off`.
+    fn drain(&self, src: &[u8], off: u64) -> Result<usize> {
         match self {
-            // SAFETY: the caller's guarantee.
-            Source::File(pf) => unsafe { write_range(pf, src, len, off) },
+            Source::File(pf) => write_range(pf, src, off),
             Source::Userspace(fs) => {
+                // A write only reads the bytes (the UserspaceFs contract).
                 let buf = UserspaceBuf::Host {
-                    ptr: src as *mut u8,
-                    len,
+                    ptr: src.as_ptr().cast_mut(),
+                    len: src.len(),
                 };
                 fs.write(buf, off)
             }
@@ -189,6 +188,18 @@ fn ns(t: Instant) -> u64 {
 }
 
 impl Job<'_> {
+    /// `len` bytes at `m` in the request's device memory.
+    fn device_range(&self, m: usize, len: usize) -> Result<crate::gpu::LentDevice> {
+        LentSpan::of_request(self.req.mem, self.req.size)
+            .device_range(m, len)
+            .ok_or_else(|| {
+                Error::new(
+                    OpError::InternalError,
+                    format!("chunk at {m} of {len} bytes is past the request"),
+                )
+            })
+    }
+
     fn claim(&self) -> Option<usize> {
         if self.stop.load(Ordering::Relaxed) {
             return None;
@@ -215,31 +226,21 @@ impl Job<'_> {
         let mut k = 0usize;
         while let Some(i) = self.claim() {
             let (off, len, m) = (self.bounds)(i);
-            let slot = &lane.slots[k % depth];
+            let slot = &mut lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
-            slot.event.synchronize()?;
+            slot.wait()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // SAFETY: the slab holds plan.slab >= len bytes, and the GPU is
-            // done with it (its event completed just above).
-            let r = unsafe { self.src.fill(slot.buf.ptr(), len, off) };
+            // The GPU is done with the slab (waited just above); it holds
+            // plan.slab >= len bytes.
+            let r = slot.host(len).and_then(|dst| self.src.fill(dst, off));
             prof.file_ns += ns(t);
             if let Ok(got) = r {
                 if got > 0 {
                     let t = Instant::now();
-                    // SAFETY: the slab stays untouched until its event, recorded
-                    // right after the copy, completes; the destination is
-                    // inside the validated request.
-                    unsafe {
-                        rt.copy_to_device_async(
-                            DevicePtr::from_addr(self.req.mem + m),
-                            slot.buf.ptr(),
-                            got,
-                            lane.stream.id(),
-                        )?
-                    };
-                    slot.event.record(&lane.stream)?;
+                    let dst = self.device_range(m, got)?;
+                    slot.copy_to_device(dst, &lane.stream)?;
                     prof.enqueue_ns += ns(t);
                     stats::record_read(self.src.path(), got);
                 }
@@ -271,19 +272,12 @@ impl Job<'_> {
                 let (_, len, m) = (self.bounds)(i);
                 let s = k % depth;
                 k += 1;
-                let slot = &lane.slots[s];
+                let slot = &mut lane.slots[s];
                 let t = Instant::now();
-                // SAFETY: this slab's previous write to the file finished
-                // (writes are synchronous), so the copy may overwrite it.
-                unsafe {
-                    rt.copy_from_device_async(
-                        slot.buf.ptr(),
-                        DevicePtr::from_addr(self.req.mem + m),
-                        len,
-                        lane.stream.id(),
-                    )?
-                };
-                slot.event.record(&lane.stream)?;
+                // This slab's previous write to the file finished (writes
+                // are synchronous), so the copy may overwrite it.
+                let src = self.device_range(m, len)?;
+                slot.copy_from_device(src, &lane.stream)?;
                 prof.enqueue_ns += ns(t);
                 queued.push_back((i, s));
             }
@@ -291,13 +285,13 @@ impl Job<'_> {
                 break;
             };
             let (off, len, _) = (self.bounds)(i);
-            let slot = &lane.slots[s];
+            let slot = &mut lane.slots[s];
             let t = Instant::now();
-            slot.event.synchronize()?;
+            slot.wait()?;
             prof.wait_ns += ns(t);
             let t = Instant::now();
-            // SAFETY: the slab holds len bytes copied from the device (its event completed).
-            let r = unsafe { self.src.drain(slot.buf.ptr(), len, off) };
+            // The slab holds len bytes copied from the device (waited above).
+            let r = slot.host(len).and_then(|src| self.src.drain(&*src, off));
             prof.file_ns += ns(t);
             if let Ok(put) = r {
                 stats::record_write(self.src.path(), put);

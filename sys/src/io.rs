@@ -84,6 +84,19 @@ pub unsafe fn pread_once(
     }
 }
 
+/// One `preadv2(2)` into `buf`, `EINTR` retried; with `nowait`,
+/// `RWF_NOWAIT` (uncached data is [`Rw::WouldBlock`]).
+pub fn pread_once_into(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    off: u64,
+    nowait: bool,
+) -> io::Result<Rw> {
+    // SAFETY: `buf` is writable for its length for the call, and the
+    // borrowed fd stays open for it.
+    unsafe { pread_once(fd.as_raw_fd(), buf.as_mut_ptr(), buf.len(), off, nowait) }
+}
+
 /// Reads into raw memory until `len` bytes or end of file; returns the
 /// bytes read.
 ///

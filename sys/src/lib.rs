@@ -9,11 +9,17 @@
 //! [`RawFd`](std::os::fd::RawFd) only query a descriptor (a stale number
 //! gives `EBADF`); those that act on one take a
 //! [`BorrowedFd`](std::os::fd::BorrowedFd).
+//!
+//! Besides the system calls it holds the I/O engine's persistent scoped
+//! worker pool ([`pool`]): like `std::thread::scope` it lets jobs borrow
+//! from the caller, which needs one lifetime erasure that policy code must
+//! not contain.
 
 pub mod dirent;
 pub mod fs;
 pub mod io;
 pub mod mem;
+pub mod pool;
 pub mod process;
 pub mod rand;
 pub mod xattr;

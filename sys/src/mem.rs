@@ -21,8 +21,10 @@ impl AlignedBuf {
     pub fn new(len: usize, align: usize) -> io::Result<AlignedBuf> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), align.max(4096))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("layout: {e}")))?;
+        // Zeroed, so the bytes are initialised and can be handed out as a
+        // slice (the buffer is allocated once per thread and reused).
         // SAFETY: layout has non-zero size.
-        let ptr = NonNull::new(unsafe { std::alloc::alloc(layout) }).ok_or_else(|| {
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::OutOfMemory,
                 "out of memory for bounce buffer",
@@ -39,6 +41,13 @@ impl AlignedBuf {
     /// Its length.
     pub fn len(&self) -> usize {
         self.layout.size()
+    }
+
+    /// The memory as a slice.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the allocation is ours, `len()` bytes, zero-initialised in
+        // new(), and borrowed exclusively through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
     }
 
     /// Whether it is empty (never: at least one byte is allocated).

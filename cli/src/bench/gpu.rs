@@ -7,7 +7,7 @@
 //! against the file.
 
 use super::{median, parse_size};
-use hipfs::gpu::{self, DeviceAllocation, GpuRuntime};
+use hipfs::gpu::{self, DeviceAllocation, GpuRuntime, PinnedHost, Stream};
 use hipfs::io::bounce_pool;
 use hipfs::{Buffer, Error, FileHandle, FileHandleType, OpError, Result, SizeTParam};
 use std::os::unix::fs::FileExt;
@@ -128,64 +128,27 @@ fn hash_file(path: &Path, size: usize) -> Result<Vec<u64>> {
         .collect())
 }
 
-/// Pinned host memory for the duration of the benchmark.
-struct Pinned<'a> {
-    rt: &'a dyn GpuRuntime,
-    ptr: usize,
-    len: usize,
-}
-
-impl<'a> Pinned<'a> {
-    fn new(rt: &'a dyn GpuRuntime, len: usize) -> Result<Pinned<'a>> {
-        Ok(Pinned {
-            rt,
-            ptr: rt.alloc_pinned(len)?,
-            len,
-        })
-    }
-    // Until the core has an owning pinned-host type with a safe slice
-    // (typed GPU handles, being added in src/gpu/), this view needs unsafe.
-    #[allow(unsafe_code)]
-    fn slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is a live pinned allocation of len bytes owned by self.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut u8, self.len) }
-    }
-}
-
-#[allow(unsafe_code)]
-impl Drop for Pinned<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated in new() by this runtime, freed only here.
-        unsafe { self.rt.free_pinned(self.ptr) };
-    }
-}
-
 struct Bench<'a> {
-    rt: &'a dyn GpuRuntime,
+    rt: &'static dyn GpuRuntime,
     args: &'a GpuBenchArgs,
     size: usize,
     /// Device memory for the duration of the benchmark.
-    dev: DeviceAllocation<'a>,
+    dev: DeviceAllocation<'static>,
     /// 256 MiB of pinned memory for checking and for the baselines.
-    stage: Pinned<'a>,
+    stage: PinnedHost,
     reference: Vec<u64>,
 }
 
 impl Bench<'_> {
     /// Copies the device buffer back and compares it with the file's hashes.
-    #[allow(unsafe_code)]
     fn verify(&mut self, what: &str) -> Result<()> {
         let mut got = Vec::with_capacity(self.reference.len());
-        let piece = self.stage.len;
+        let piece = self.stage.len();
         let mut off = 0;
         while off < self.size {
             let n = (self.size - off).min(piece);
-            let host = &mut self.stage.slice()[..n];
-            // SAFETY: off + n <= size, the device allocation's length.
-            unsafe {
-                self.rt
-                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
-            };
+            let host = &mut self.stage.as_mut_slice()[..n];
+            self.dev.read(off, host)?;
             got.extend(hash_parallel(host));
             off += n;
         }
@@ -205,84 +168,60 @@ impl Bench<'_> {
         Ok(())
     }
 
-    #[allow(unsafe_code)]
-    fn poison(&self) -> Result<()> {
-        // SAFETY: the whole allocation, which the benchmark owns.
-        unsafe {
-            self.rt
-                .device_memset(self.dev.device_ptr(), 0xA5, self.size)
-        }
+    fn poison(&mut self) -> Result<()> {
+        self.dev.fill(0xA5)
     }
 
     /// Pinned host → device copies of 16 MiB on one stream: the copy ceiling.
-    // The runtime's async copies are `unsafe fn` (raw addresses) until the
-    // typed stream/pinned handles land in the core.
-    #[allow(unsafe_code)]
     fn ceiling(&mut self, to_device: bool) -> Result<Duration> {
         let _g = self.rt.bind(self.args.device)?;
-        let stream = self.rt.stream_create(self.args.device)?;
-        let src = self.stage.ptr as *mut u8;
+        let stream = Stream::new(self.rt, self.args.device)?;
+        let (dev, size) = (&self.dev, self.size);
+        let stage = &mut self.stage.as_mut_slice()[..CHUNK];
         let t = Instant::now();
-        let mut off = 0;
-        while off < self.size {
-            let n = (self.size - off).min(CHUNK);
-            // SAFETY: stage holds >= CHUNK bytes and outlives the stream sync below.
-            let r = unsafe {
-                if to_device {
-                    self.rt
-                        .copy_to_device_async(self.dev.device_ptr().offset(off), src, n, stream)
-                } else {
-                    self.rt.copy_from_device_async(
-                        src,
-                        self.dev.device_ptr().offset(off),
-                        n,
-                        stream,
-                    )
+        // The scope synchronises the stream before it returns, so the
+        // time covers every copy.
+        stream.scope(move |s| {
+            let mut off = 0;
+            if to_device {
+                let src: &[u8] = stage;
+                while off < size {
+                    let n = (size - off).min(CHUNK);
+                    s.copy_to_device(dev, off, &src[..n])?;
+                    off += n;
                 }
-            };
-            if let Err(e) = r {
-                // SAFETY: the stream made above, destroyed once.
-                unsafe {
-                    let _ = self.rt.stream_synchronize(stream);
-                    self.rt.stream_destroy(stream);
+            } else {
+                let dst = s.lend_mut(stage);
+                while off < size {
+                    let n = (size - off).min(CHUNK);
+                    s.copy_from_device(&dst, 0, dev, off, n)?;
+                    off += n;
                 }
-                return Err(e);
             }
-            off += n;
-        }
-        // SAFETY: the stream made above.
-        let r = unsafe { self.rt.stream_synchronize(stream) };
-        let d = t.elapsed();
-        // SAFETY: destroyed once, not used afterwards.
-        unsafe { self.rt.stream_destroy(stream) };
-        r.map(|_| d)
+            Ok(())
+        })?;
+        Ok(t.elapsed())
     }
 
     /// One thread: pread 16 MiB into pinned memory, copy it, repeat.
-    #[allow(unsafe_code)]
     fn single_thread_read(&mut self, direct: bool) -> Result<Duration> {
         let f = open(&self.args.file, direct, false)?;
         let t = Instant::now();
         let mut off = 0;
         while off < self.size {
             let n = (self.size - off).min(CHUNK);
-            let host = &mut self.stage.slice()[..CHUNK];
+            let host = &mut self.stage.as_mut_slice()[..CHUNK];
             let got = f.read_at(host, off as u64)?;
             if got == 0 {
                 break;
             }
-            // SAFETY: off + n <= size, the device allocation's length.
-            unsafe {
-                self.rt
-                    .copy_to_device(self.dev.device_ptr().offset(off), &host[..got.min(n)])?
-            };
+            self.dev.write(off, &host[..got.min(n)])?;
             off += got;
         }
         Ok(t.elapsed())
     }
 
     /// One thread: copy 16 MiB from the device, pwrite it, repeat.
-    #[allow(unsafe_code)]
     fn single_thread_write(&mut self, out: &Path) -> Result<Duration> {
         let f = std::fs::OpenOptions::new()
             .write(true)
@@ -293,12 +232,8 @@ impl Bench<'_> {
         let mut off = 0;
         while off < self.size {
             let n = (self.size - off).min(CHUNK);
-            let host = &mut self.stage.slice()[..n];
-            // SAFETY: off + n <= size, the device allocation's length.
-            unsafe {
-                self.rt
-                    .copy_from_device(host, self.dev.device_ptr().offset(off))?
-            };
+            let host = &mut self.stage.as_mut_slice()[..n];
+            self.dev.read(off, host)?;
             f.write_all_at(host, off as u64)?;
             off += n;
         }
@@ -487,7 +422,7 @@ pub fn run_gpu_bench(args: GpuBenchArgs) -> Result<()> {
     let repeats = args.repeats.max(1);
     let reference = hash_file(&args.file, size)?;
     let dev = DeviceAllocation::new(rt, args.device, size)?;
-    let stage = Pinned::new(rt, 256 << 20)?;
+    let stage = PinnedHost::alloc(rt, 256 << 20)?;
     let mut b = Bench {
         rt,
         args: &args,

@@ -154,17 +154,11 @@ fn read_via_client(
 }
 
 /// The first `n` bytes of a host buffer made with `Buffer::from_slice`,
-/// read while the buffer stays registered. The core has no safe view of a
-/// registered buffer's bytes yet (its buffer API is being reworked so that
-/// reads take the buffer exclusively); until then this one marked site
-/// needs unsafe.
-#[allow(unsafe_code)]
-fn read_back<'b>(buf: &'b hipfs::Buffer<'_>, n: usize) -> &'b [u8] {
-    assert!(n <= buf.len(), "read past the buffer");
-    // SAFETY: `buf` covers `n` initialised host bytes (a Vec's), no read is
-    // in flight into it (the caller's read returned and nothing else uses
-    // the buffer), and the slice lives no longer than the borrow of `buf`.
-    unsafe { std::slice::from_raw_parts(buf.ptr(), n) }
+/// read while the buffer stays registered.
+fn read_back<'b>(buf: &'b hipfs::Buffer<'_>, n: usize) -> Result<&'b [u8], RemoteError> {
+    buf.as_host_slice()
+        .and_then(|b| b.get(..n))
+        .ok_or_else(|| RemoteError::Config(format!("read back {n} bytes past the buffer")))
 }
 
 /// Runs the benchmark; rows: direct client (the reference), mount.
@@ -407,7 +401,7 @@ fn read_with_handle(
                 if n == 0 {
                     break;
                 }
-                sum = fnv(sum, read_back(&buf, n));
+                sum = fnv(sum, read_back(&buf, n)?);
                 total += n as u64;
             }
             let _ = buf.deregister();

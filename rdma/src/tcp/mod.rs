@@ -6,9 +6,9 @@ mod conn;
 pub mod frame;
 mod gate;
 mod listener;
-mod regions;
-mod sock;
-mod stream;
+pub(crate) mod regions;
+pub(crate) mod sock;
+pub(crate) mod stream;
 mod tls;
 
 pub use conn::TcpConnection;

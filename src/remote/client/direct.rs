@@ -21,6 +21,7 @@ use super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
 use super::{ClientConfig, Link, RemoteClient};
 use crate::error::{Error, OpError, Result};
 use crate::gpu::MemoryKind;
+use crate::lent;
 use crate::registry::{buffer_containing, RDMA_REGISTER};
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 
@@ -226,8 +227,9 @@ impl RemoteFile {
         Ok(fh)
     }
 
-    /// Reads `len` bytes at `offset` into `ptr` (one request, at most READ_PIECE).
-    fn read_piece(&self, ptr: *mut u8, len: usize, offset: u64) -> std::result::Result<usize, i32> {
+    /// Reads `dst.len()` bytes at `offset` into `dst` (one request, at most READ_PIECE).
+    fn read_piece(&self, dst: &mut [u8], offset: u64) -> std::result::Result<usize, i32> {
+        let len = dst.len();
         // Regions lent to this request's attempts; they must outlive the
         // call (a retry lends a new one on its new link).
         let mut regions: Vec<Arc<hipfs_rdma::LocalRegion>> = Vec::new();
@@ -235,7 +237,7 @@ impl RemoteFile {
             &self.cred,
             |link| {
                 let fh = self.server_fh(link)?;
-                let (region, at) = destination(link, ptr, len)?;
+                let (region, at) = destination(link, dst)?;
                 let desc = region.descriptor();
                 // Keep the region registered while the request is in flight.
                 regions.push(region);
@@ -254,13 +256,10 @@ impl RemoteFile {
         drop(regions);
         match p? {
             Payload::Read { n, data } => {
-                if !data.is_empty() {
-                    // SAFETY: the server never returns more than asked (checked on decode
-                    // to be <= MAX_IO) and we copy at most `len`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len().min(len))
-                    };
-                }
+                // The server never returns more than asked (checked on decode
+                // to be <= MAX_IO); copy at most `len` all the same.
+                let k = data.len().min(len);
+                dst[..k].copy_from_slice(&data[..k]);
                 Ok((n as usize).min(len))
             }
             Payload::Placed { n, digest } => {
@@ -268,10 +267,8 @@ impl RemoteFile {
                 if n > len {
                     return Err(libc::EIO);
                 }
-                // SAFETY: [ptr, ptr+len) is the caller's buffer, valid for
-                // this call; the transport placed the bytes before the reply.
-                let placed = unsafe { std::slice::from_raw_parts(ptr as *const u8, n) };
-                self.client.check_placed(placed, &digest)?;
+                // The transport placed the bytes in `dst` before the reply.
+                self.client.check_placed(&dst[..n], &digest)?;
                 Ok(n)
             }
             _ => Err(libc::EIO),
@@ -306,16 +303,16 @@ impl Drop for RemoteFile {
     }
 }
 
-/// Where the server places a read into `[ptr, ptr+len)`: the region and
+/// Where the server places a read into `dst`: the region and
 /// the offset in it. A buffer registered with `RDMA_REGISTER` uses its own
 /// registration on `link` (made on first use if the buffer was registered
 /// before this link existed); other memory is registered for this request.
 fn destination(
     link: &Arc<Link>,
-    ptr: *mut u8,
-    len: usize,
+    dst: &mut [u8],
 ) -> std::result::Result<(Arc<hipfs_rdma::LocalRegion>, u64), i32> {
-    let reg = buffer_containing(ptr as usize, len)
+    let (ptr, len) = (dst.as_mut_ptr() as usize, dst.len());
+    let reg = buffer_containing(ptr, len)
         .filter(|b| b.flags & RDMA_REGISTER != 0 && b.info.kind != MemoryKind::Device);
     if let Some(b) = reg {
         match link.buffer_region(&b) {
@@ -323,7 +320,7 @@ fn destination(
                 // Registered lazily: from now on the buffer carries this
                 // transport's descriptor (unless it already had one).
                 let _ = b.rdma_desc.set(region.descriptor().to_desc_string());
-                return Ok((region, (ptr as usize - b.base) as u64));
+                return Ok((region, (ptr - b.base) as u64));
             }
             Err(e) => log::warn!(
                 "cannot register buffer {:#x} with {}: {e}; registering per request",
@@ -332,10 +329,9 @@ fn destination(
             ),
         }
     }
-    // SAFETY: [ptr, ptr+len) is the caller's buffer, valid and not
-    // otherwise used for the duration of this read; the region dies when
-    // this request returns (`read_piece` holds it only until then).
-    let region = unsafe { link.conn.register(ptr, len) }.map_err(|e| {
+    // The region dies when this request returns (`read_piece` holds it
+    // only until then), inside the borrow of `dst`.
+    let region = lent::register_with(&*link.conn, dst).map_err(|e| {
         log::warn!("cannot register the destination buffer: {e}");
         libc::ENOMEM
     })?;
@@ -352,26 +348,12 @@ const READ_PIECE: usize = MAX_IO;
 /// and one per lane of the client's connection when it has more.
 const PARALLEL: usize = 4;
 
-fn host_ptr(buf: &UserspaceBuf) -> Result<(*mut u8, usize)> {
-    match buf {
-        UserspaceBuf::Host { ptr, len } => Ok((*ptr, *len)),
-        UserspaceBuf::Rdma {
-            host_ptr: Some(p),
-            len,
-            ..
-        } => Ok((*p, *len)),
-        UserspaceBuf::Rdma { .. } => Err(Error::new(
-            OpError::IoNotSupported,
-            "hipfs remote: device memory without a host alias needs the verbs transport",
-        )),
-    }
+fn no_host_alias() -> Error {
+    Error::new(
+        OpError::IoNotSupported,
+        "hipfs remote: device memory without a host alias needs the verbs transport",
+    )
 }
-
-struct SendPtr(*mut u8);
-// SAFETY: each thread touches a disjoint piece of the caller's buffer.
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
 
 impl RemoteFile {
     /// Pieces in flight for one call.
@@ -397,35 +379,33 @@ impl UserspaceFs for RemoteFile {
         )
     }
 
-    fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize> {
-        let (ptr, len) = host_ptr(&buf)?;
-        let pieces: Vec<(usize, usize)> = (0..len)
-            .step_by(READ_PIECE)
-            .map(|o| (o, READ_PIECE.min(len - o)))
-            .collect();
-        let base = SendPtr(ptr);
+    fn read(&self, mut buf: UserspaceBuf, offset: u64) -> Result<usize> {
+        let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
+        let lens: Vec<usize> = mem.chunks(READ_PIECE).map(<[u8]>::len).collect();
+        let at = |i: usize| offset + (i * READ_PIECE) as u64;
         // One deadline for the whole call: pieces queued behind others (more
         // pieces than lanes) or retried after a reconnect get what is left
         // of it, so `timeout` bounds the hipFile read, not each piece.
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
-        let piece = |o: usize, l: usize| {
-            // The whole SendPtr, not its raw field, is captured (Sync).
-            let base = &base;
-            self.client.within(Some(deadline), false, false, || {
-                self.read_piece(base.0.wrapping_add(o), l, offset + o as u64)
-            })
+        let piece = |piece: &mut [u8], at: u64| {
+            self.client
+                .within(Some(deadline), false, false, || self.read_piece(piece, at))
         };
-        let results: Vec<std::result::Result<usize, i32>> = if pieces.len() <= 1 {
-            pieces.iter().map(|&(o, l)| piece(o, l)).collect()
+        let results: Vec<std::result::Result<usize, i32>> = if lens.len() <= 1 {
+            mem.chunks_mut(READ_PIECE)
+                .enumerate()
+                .map(|(i, p)| piece(p, at(i)))
+                .collect()
         } else {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let out = Mutex::new(vec![Ok(0); pieces.len()]);
+            // Each piece is handed out once, so the threads own disjoint memory.
+            let pieces = Mutex::new(mem.chunks_mut(READ_PIECE).enumerate());
+            let out = Mutex::new(vec![Ok(0); lens.len()]);
             std::thread::scope(|s| {
-                for _ in 0..self.parallel().min(pieces.len()) {
+                for _ in 0..self.parallel().min(lens.len()) {
                     s.spawn(|| loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(&(o, l)) = pieces.get(i) else { break };
-                        let r = piece(o, l);
+                        let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
+                        let Some((i, p)) = next else { break };
+                        let r = piece(p, at(i));
                         out.lock().unwrap_or_else(|p| p.into_inner())[i] = r;
                     });
                 }
@@ -434,7 +414,7 @@ impl UserspaceFs for RemoteFile {
         };
         // The answer is the contiguous prefix: stop at the first short piece.
         let mut total = 0;
-        for (r, &(_, l)) in results.into_iter().zip(&pieces) {
+        for (r, &l) in results.into_iter().zip(&lens) {
             let n = r.map_err(|e| io_err(e, "read"))?;
             total += n;
             if n < l {
@@ -445,9 +425,8 @@ impl UserspaceFs for RemoteFile {
     }
 
     fn write(&self, buf: UserspaceBuf, offset: u64) -> Result<usize> {
-        let (ptr, len) = host_ptr(&buf)?;
-        // SAFETY: the caller lends [ptr, ptr+len) for the duration of the call.
-        let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+        let data = lent::host_bytes(&buf).ok_or_else(no_host_alias)?;
+        let len = data.len();
         // All pieces share one deadline (see `read`).
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
         let positional = self.flags & libc::O_APPEND == 0;
@@ -640,13 +619,13 @@ mod tests {
         let client = tcp_client(server.local_addr());
         let link = client.link().unwrap();
         // The first read into it registers the whole buffer on this link...
-        let (r1, at1) = destination(&link, early.as_mut_ptr().wrapping_add(4096), 8192).unwrap();
+        let (r1, at1) = destination(&link, &mut early[4096..4096 + 8192]).unwrap();
         assert_eq!(
             (r1.addr(), r1.len(), at1),
             (early_base as u64, 1 << 20, 4096)
         );
         // ...and later reads reuse that registration.
-        let (r2, at2) = destination(&link, early.as_mut_ptr().wrapping_add(100), 10).unwrap();
+        let (r2, at2) = destination(&link, &mut early[100..110]).unwrap();
         assert!(Arc::ptr_eq(&r1, &r2));
         assert_eq!(at2, 100);
         assert!(early_reg.rdma_desc.get().is_some());
@@ -659,7 +638,7 @@ mod tests {
         let d = hipfs_rdma::RemoteDescriptor::parse(late_reg.rdma_desc.get().unwrap()).unwrap();
         assert_eq!((d.addr, d.len), (late_base as u64, 65536));
         assert_eq!(d.transport, hipfs_rdma::DescriptorTransport::Tcp);
-        let (r3, _) = destination(&link, late.as_mut_ptr(), 65536).unwrap();
+        let (r3, _) = destination(&link, &mut late[..]).unwrap();
         assert_eq!(r3.descriptor().addr, d.addr);
         assert!(!late_reg.rdma_keepalive.lock().unwrap().is_empty());
 
@@ -667,7 +646,7 @@ mod tests {
         let mut plain = vec![0u8; 8192];
         let plain_base = plain.as_mut_ptr() as usize;
         crate::buffer::buf_register(plain_base, plain.len(), 0).unwrap();
-        let (r4, at4) = destination(&link, plain.as_mut_ptr().wrapping_add(10), 100).unwrap();
+        let (r4, at4) = destination(&link, &mut plain[10..110]).unwrap();
         assert_eq!((r4.addr(), r4.len(), at4), (plain_base as u64 + 10, 100, 0));
 
         for b in [early_base, late_base, plain_base] {

@@ -327,11 +327,11 @@ impl Link {
         if let Some(r) = mine {
             return Ok(r.region.clone());
         }
-        // SAFETY: the driver registration promises [base, base+len) stays
-        // valid while it is registered; the region is kept in the
-        // registration's keepalive, dropped with it, and only used while a
-        // request that lends (part of) this memory is in flight.
-        let region = unsafe { self.conn.register(buf.base as *mut u8, buf.len) }?;
+        // Kept in the registration's keepalive, dropped with it.
+        let region = crate::lent::register_buffer_with(
+            &*self.conn,
+            crate::lent::LentSpan::of_registration(buf.base, buf.len),
+        )?;
         keep.push(Box::new(BufferRegion {
             link: Arc::downgrade(self),
             region: region.clone(),

@@ -87,6 +87,13 @@ impl Session {
 
     /// The same session for connection `id`, authenticated as `who`, its
     /// messages tagged by `seal`.
+    /// Whether placed reads carry the hash of their bytes (`--hash-placed-reads`;
+    /// only on authenticated TCP connections, see [`Session::with_trust`]).
+    pub(crate) fn hash_placed_reads(mut self, on: bool) -> Session {
+        self.digests &= on;
+        self
+    }
+
     pub(crate) fn with_trust(mut self, id: u64, who: Principal, seal: Sealer) -> Session {
         self.digests = seal.is_on() && self.conn.kind() == hipfs_rdma::TransportKind::Tcp;
         self.id = id;

@@ -11,6 +11,7 @@ use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
 use super::super::gate::cost;
 use super::super::stream::{RxStream, TxStream};
 use super::{io_to_disconnect, send_header, Job, Pending, Shared};
+use crate::mem::RegisteredSpan;
 use crate::{Error, Result};
 
 static REFUSED_LOG: crate::RateLimitedLog =
@@ -33,12 +34,11 @@ impl Shared {
                 }
                 Job::Write { hdr, slot, local } => {
                     let guard = slot.lock();
-                    match guard.and_then(|r| r.sub(local, hdr.len)) {
-                        Some(p) => {
+                    // The slot lock (held by `guard`) keeps the region registered.
+                    match guard.and_then(|r| RegisteredSpan::within(&r, local, hdr.len)) {
+                        Some(span) => {
                             send_header(&mut tx, &hdr, true)?;
-                            // SAFETY: p..p+len lies inside a live registered
-                            // region (checked under the slot lock, held now).
-                            unsafe { tx.send_raw(p, hdr.len as usize, false)? };
+                            span.send(&mut tx, false)?;
                         }
                         None => {
                             if let Some(op) = self.complete(hdr.op_id) {
@@ -74,8 +74,8 @@ impl Shared {
                     let slot = self.keys.get(req.rkey);
                     let guard = slot.as_ref().map(|s| s.lock());
                     let src = match guard.as_ref().map(|g| **g) {
-                        Some(Some(r)) => match r.sub(req.addr, req.len) {
-                            Some(p) => Some(p),
+                        Some(Some(r)) => match RegisteredSpan::within(&r, req.addr, req.len) {
+                            Some(span) => Some(span),
                             None => {
                                 h.status = Status::OutOfRange;
                                 None
@@ -90,9 +90,9 @@ impl Shared {
                         self.refused("READ", &req, h.status);
                     }
                     send_header(&mut tx, &h, src.is_some())?;
-                    if let Some(p) = src {
-                        // SAFETY: inside a live registered region, under its lock.
-                        unsafe { tx.send_raw(p, req.len as usize, false)? };
+                    if let Some(span) = src {
+                        // Under the slot lock (`guard`), so still registered.
+                        span.send(&mut tx, false)?;
                     }
                 }
             }
@@ -139,11 +139,10 @@ impl Shared {
                 let slot = self.keys.get(h.rkey);
                 let guard = slot.as_ref().map(|s| s.lock());
                 let status = match guard.as_ref().map(|g| **g) {
-                    Some(Some(r)) => match r.sub(h.addr, h.len) {
-                        Some(p) => {
-                            // SAFETY: p..p+len is inside a live region the
-                            // application registered, under its lock.
-                            unsafe { rx.recv_raw(p, h.len as usize) }.map_err(io_to_disconnect)?;
+                    Some(Some(r)) => match RegisteredSpan::within(&r, h.addr, h.len) {
+                        Some(span) => {
+                            // Under the slot lock (`guard`), so still registered.
+                            span.recv(rx).map_err(io_to_disconnect)?;
                             Status::Ok
                         }
                         None => Status::OutOfRange,
@@ -186,11 +185,10 @@ impl Shared {
                         )));
                     } else {
                         let guard = slot.lock();
-                        match guard.and_then(|r| r.sub(local, len)) {
-                            Some(p) => {
-                                // SAFETY: inside the live local region, under its lock.
-                                unsafe { rx.recv_raw(p, len as usize) }
-                                    .map_err(io_to_disconnect)?;
+                        match guard.and_then(|r| RegisteredSpan::within(&r, local, len)) {
+                            Some(span) => {
+                                // Under the slot lock (`guard`), so still registered.
+                                span.recv(rx).map_err(io_to_disconnect)?;
                                 Ok(())
                             }
                             None => {
