@@ -200,14 +200,14 @@ impl Batch {
         };
         let outcome =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match params.opcode {
-                Opcode::Read => crate::handle::read(
+                Opcode::Read => crate::handle::read_vouched(
                     &file,
                     params.buf_base,
                     params.size,
                     params.file_offset,
                     params.buf_offset,
                 ),
-                Opcode::Write => crate::handle::write(
+                Opcode::Write => crate::handle::write_vouched(
                     &file,
                     params.buf_base,
                     params.size,

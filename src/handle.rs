@@ -77,9 +77,41 @@ pub fn lookup(id: u64) -> Result<Arc<RegisteredFile>> {
 
 /// Reads `size` bytes at `file_offset` into `base + buffer_offset` with the
 /// active configuration and whatever registration starts at `base`; the
-/// raw-pointer form the C and Python faces and the batch and stream
-/// engines share. Returns bytes read (short only at end of file).
-pub fn read(
+/// raw-address form the C and Python faces use. Returns bytes read (short
+/// only at end of file).
+///
+/// # Safety
+/// `[base + buffer_offset, +size)` must be memory the caller lends for the
+/// call: host memory writable for `size` bytes (or device memory of the
+/// active GPU runtime), not read or written by anyone else until it returns.
+pub unsafe fn read(
+    file: &RegisteredFile,
+    base: usize,
+    size: usize,
+    file_offset: i64,
+    buffer_offset: i64,
+) -> Result<usize> {
+    read_vouched(file, base, size, file_offset, buffer_offset)
+}
+
+/// Writes `size` bytes from `base + buffer_offset` at `file_offset`: see [`read`].
+///
+/// # Safety
+/// As [`read`], the memory readable for `size` bytes and not written by
+/// anyone else until the call returns.
+pub unsafe fn write(
+    file: &RegisteredFile,
+    base: usize,
+    size: usize,
+    file_offset: i64,
+    buffer_offset: i64,
+) -> Result<usize> {
+    write_vouched(file, base, size, file_offset, buffer_offset)
+}
+
+/// [`read`] for an address an `unsafe` entry point already vouched for
+/// (`batch_submit`, `read_async`): the crate's engines only.
+pub(crate) fn read_vouched(
     file: &RegisteredFile,
     base: usize,
     size: usize,
@@ -89,8 +121,8 @@ pub fn read(
     transfer_raw(Dir::Read, file, base, size, file_offset, buffer_offset)
 }
 
-/// Writes `size` bytes from `base + buffer_offset` at `file_offset`: see [`read`].
-pub fn write(
+/// [`write`] for an address an `unsafe` entry point already vouched for.
+pub(crate) fn write_vouched(
     file: &RegisteredFile,
     base: usize,
     size: usize,

@@ -228,8 +228,8 @@ impl<S: ArgSlots> StreamOp<S> {
             }
         }
         match self.dir {
-            Dir::Read => crate::handle::read(&self.file, self.base, size, foff, boff),
-            Dir::Write => crate::handle::write(&self.file, self.base, size, foff, boff),
+            Dir::Read => crate::handle::read_vouched(&self.file, self.base, size, foff, boff),
+            Dir::Write => crate::handle::write_vouched(&self.file, self.base, size, foff, boff),
         }
     }
 

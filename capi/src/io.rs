@@ -126,7 +126,9 @@ pub unsafe extern "C" fn hipFileRead(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        handle::read(&file, base as usize, size, file_offset, buffer_offset)
+        // SAFETY: hipFileRead's contract: the caller lends `base` (+offset,
+        // size bytes) for the call.
+        unsafe { handle::read(&file, base as usize, size, file_offset, buffer_offset) }
     })
 }
 
@@ -145,6 +147,8 @@ pub unsafe extern "C" fn hipFileWrite(
     ffi_ssize(|| {
         let file = handle::lookup(handle_id(fh))?;
         check_size(size)?;
-        handle::write(&file, base as usize, size, file_offset, buffer_offset)
+        // SAFETY: hipFileWrite's contract: the caller lends `base` (+offset,
+        // size bytes) for the call.
+        unsafe { handle::write(&file, base as usize, size, file_offset, buffer_offset) }
     })
 }

@@ -98,7 +98,10 @@ pub fn read(
 ) -> PyResult<usize> {
     detached(py, move || {
         let file = handle::lookup(handle)?;
-        handle::read(&file, ptr, size, file_offset, buffer_offset)
+        // SAFETY: the Python API's contract (as hipFileRead's): `ptr` is
+        // memory the caller lends for the call (the package passes buffer
+        // objects' addresses it keeps alive across it).
+        unsafe { handle::read(&file, ptr, size, file_offset, buffer_offset) }
     })
 }
 
@@ -114,7 +117,8 @@ pub fn write(
 ) -> PyResult<usize> {
     detached(py, move || {
         let file = handle::lookup(handle)?;
-        handle::write(&file, ptr, size, file_offset, buffer_offset)
+        // SAFETY: as for `read`.
+        unsafe { handle::write(&file, ptr, size, file_offset, buffer_offset) }
     })
 }
 

@@ -118,28 +118,8 @@ fn validate(
     Ok((mem, foff))
 }
 
-/// Reads into `span.base + span.buffer_offset`; returns bytes read (short only at EOF).
-pub fn read(
-    backend: &FileBackend,
-    target: &MemTarget,
-    span: Span,
-    config: &Config,
-) -> Result<usize> {
-    transfer(Dir::Read, backend, target, span, config)
-}
-
-/// Writes from `span.base + span.buffer_offset`; returns bytes written.
-pub fn write(
-    backend: &FileBackend,
-    target: &MemTarget,
-    span: Span,
-    config: &Config,
-) -> Result<usize> {
-    transfer(Dir::Write, backend, target, span, config)
-}
-
 /// Moves one request in `dir`.
-pub fn transfer(
+pub(crate) fn transfer(
     dir: Dir,
     backend: &FileBackend,
     target: &MemTarget,
@@ -313,7 +293,14 @@ mod tests {
             file_offset: 10,
             buffer_offset: 10,
         };
-        let n = read(&backend, &MemTarget::unregistered(), span, &config).unwrap();
+        let n = transfer(
+            Dir::Read,
+            &backend,
+            &MemTarget::unregistered(),
+            span,
+            &config,
+        )
+        .unwrap();
         assert_eq!(n, 299_990);
         assert!(mem[10..] == data[10..]);
         let short = MemTarget {
@@ -321,7 +308,9 @@ mod tests {
             ..MemTarget::unregistered()
         };
         assert_eq!(
-            read(&backend, &short, span, &config).unwrap_err().op(),
+            transfer(Dir::Read, &backend, &short, span, &config)
+                .unwrap_err()
+                .op(),
             OpError::InvalidValue
         );
     }

@@ -164,13 +164,18 @@ fn buffer_offsets_out_of_range_are_invalid_values() {
     buf.register().unwrap();
     let file = hipfs::handle::lookup(fh.handle().unwrap()).unwrap();
     assert_eq!(
-        hipfs::handle::read(&file, buf.ptr() as usize, 100, 0, 4000)
+        // SAFETY: refused before any memory is touched (the range passes
+        // the registration's end).
+        unsafe { hipfs::handle::read(&file, buf.ptr() as usize, 100, 0, 4000) }
             .unwrap_err()
             .op(),
         OpError::InvalidValue
     );
     assert_eq!(
-        hipfs::handle::read(&file, 0, 100, 0, 0).unwrap_err().op(),
+        // SAFETY: a null base is refused before any memory is touched.
+        unsafe { hipfs::handle::read(&file, 0, 100, 0, 0) }
+            .unwrap_err()
+            .op(),
         OpError::InvalidValue
     );
 }
@@ -305,7 +310,8 @@ fn wrong_open_flags_and_bad_fds_are_refused_with_the_right_code() {
     // Writing through a read-only fd is a system error with EBADF.
     let file = hipfs::handle::lookup(id).unwrap();
     let src = vec![1u8; 4096];
-    let e = hipfs::handle::write(&file, src.as_ptr() as usize, 4096, 0, 0).unwrap_err();
+    // SAFETY: `src` is 4096 readable bytes that live across the call.
+    let e = unsafe { hipfs::handle::write(&file, src.as_ptr() as usize, 4096, 0, 0) }.unwrap_err();
     assert_eq!(e.errno(), Some(libc::EBADF), "{e}");
     assert!(hipfs::handle::handle_deregister(id));
 }
