@@ -287,7 +287,6 @@ fn paths_that_escape_the_export_are_refused_by_validation_and_by_resolve_beneath
     fs::create_dir(export.path().join("d")).unwrap();
     let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
     cfg.transport = hipfs_rdma::TransportKind::Tcp;
-    cfg.hash_placed_reads = true;
     let server = Server::start(cfg).unwrap();
     let conn = raw_connection(server.local_addr());
     let req = |id: u64, op: Op| {
@@ -537,6 +536,7 @@ fn placed_reads_up_to_the_limit_land_in_the_registered_region_and_larger_ones_ar
     fs::write(export.path().join("f"), &data).unwrap();
     let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
     cfg.transport = hipfs_rdma::TransportKind::Tcp;
+    cfg.hash_placed_reads = true;
     let server = Server::start(cfg).unwrap();
     let conn = raw_connection(server.local_addr());
     let req = |id: u64, op: Op| {

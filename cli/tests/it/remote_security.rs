@@ -49,10 +49,27 @@ fn server(tweak: impl FnOnce(&mut ServeConfig)) -> (tempfile::TempDir, Server) {
     (export, Server::start(cfg).unwrap())
 }
 
+/// A copy of this test binary that nobody may execute: the build's own may
+/// sit under a directory only root can enter (a clone in /root), and
+/// nobody must run it without being given anything else of root's.
+fn nobody_exe() -> std::path::PathBuf {
+    static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("hipfs-attacker-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.join("it");
+        fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+        exe
+    })
+    .clone()
+}
+
 /// Runs this test binary's `attacker` entry as nobody with `mode` and
 /// `vars`; returns its `OUTCOME` line.
 fn as_nobody(mode: &str, vars: &[(&str, &str)]) -> String {
-    let exe = std::env::current_exe().unwrap();
+    let exe = nobody_exe();
     let out = Command::new(exe)
         .args([
             "--ignored",
