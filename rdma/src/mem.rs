@@ -3,6 +3,8 @@
 
 use crate::error::{Error, Result};
 
+// Only the verbs transport uses page buffers.
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) struct PageBuffer {
     ptr: *mut u8,
     layout: std::alloc::Layout,
@@ -13,6 +15,7 @@ unsafe impl Send for PageBuffer {}
 // SAFETY: as above.
 unsafe impl Sync for PageBuffer {}
 
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 impl PageBuffer {
     pub(crate) fn new(len: usize) -> Result<Self> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)

@@ -29,7 +29,8 @@ pub struct LocalRegion {
     rkey: u32,
     transport: DescriptorTransport,
     /// Which registry (connection) made it: a region is only a valid local
-    /// side on the connection that registered it.
+    /// side on the connection that registered it (checked by verbs).
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     owner: u64,
     // Dropped after the fields above are no longer used; deregisters.
     _handle: Box<dyn RegionHandle>,
@@ -104,6 +105,7 @@ impl LocalRegion {
             transport: self.transport,
         }
     }
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn owner(&self) -> u64 {
         self.owner
     }
@@ -125,6 +127,7 @@ impl LocalRegion {
 /// Holds weak references: a region the caller dropped is deregistered and
 /// forgotten, never kept alive by the cache.
 /// A fresh id for a registry (a connection's key table or PD).
+#[cfg_attr(not(feature = "verbs"), allow(dead_code))]
 pub(crate) fn next_owner_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
