@@ -36,7 +36,7 @@
 //! functions (`handle::read`/`write`, `UserspaceBuf`'s pointer fields) are
 //! the faces of that promise for the C and Python layers.
 
-use crate::userspace::UserspaceBuf;
+use crate::userspace::{UserspaceBuf, UserspaceMem};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -289,14 +289,14 @@ pub(crate) fn host_bytes_mut(buf: &mut UserspaceBuf) -> Option<&mut [u8]> {
 }
 
 fn host_range(buf: &UserspaceBuf) -> Option<(*mut u8, usize)> {
-    match *buf {
-        UserspaceBuf::Host { ptr, len } => Some((ptr, len)),
-        UserspaceBuf::Rdma {
+    match *buf.mem() {
+        UserspaceMem::Host { ptr, len } => Some((ptr, len)),
+        UserspaceMem::Rdma {
             host_ptr: Some(p),
             len,
             ..
         } => Some((p, len)),
-        UserspaceBuf::Rdma { .. } => None,
+        UserspaceMem::Rdma { .. } => None,
     }
 }
 
@@ -376,17 +376,17 @@ mod tests {
     #[test]
     fn a_userspace_buffer_without_a_host_alias_has_no_host_bytes() {
         let mut mem = vec![7u8; 16];
-        let mut host = UserspaceBuf::Host {
-            ptr: mem.as_mut_ptr(),
-            len: 16,
-        };
+        let mut host = UserspaceBuf::from_slice(&mut mem);
         host_bytes_mut(&mut host).unwrap()[0] = 1;
         assert_eq!(host_bytes(&host).unwrap()[..2], [1, 7]);
-        let device = UserspaceBuf::Rdma {
-            desc: String::new(),
-            addr: 0,
-            len: 16,
-            host_ptr: None,
+        // SAFETY: no host alias: nothing here is memory to touch.
+        let device = unsafe {
+            UserspaceBuf::new(UserspaceMem::Rdma {
+                desc: String::new(),
+                addr: 0,
+                len: 16,
+                host_ptr: None,
+            })
         };
         assert!(host_bytes(&device).is_none());
     }

@@ -47,7 +47,7 @@ pub use stream::{
     STREAM_FIXED_FILE_OFFSET, STREAM_FIXED_FILE_SIZE, STREAM_FLAGS_MASK,
     STREAM_PAGE_ALIGNED_INPUTS,
 };
-pub use userspace::{UserspaceBuf, UserspaceFs};
+pub use userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 
 /// Library version (the hipFile 0.4 line).
 pub const VERSION_MAJOR: u32 = 0;

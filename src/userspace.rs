@@ -4,9 +4,54 @@
 
 use crate::error::Result;
 
-/// Where a read's bytes go (or a write's come from).
+/// Where a read's bytes go (or a write's come from): lent memory for one
+/// filesystem call. Made only by the library (or by `unsafe`
+/// [`UserspaceBuf::new`]), so a filesystem may trust what it describes.
 #[derive(Debug)]
-pub enum UserspaceBuf {
+pub struct UserspaceBuf(UserspaceMem);
+
+impl UserspaceBuf {
+    /// A buffer describing `mem`.
+    ///
+    /// # Safety
+    /// The memory `mem` describes (its host range, or host alias) must be
+    /// valid for reads and writes of its length, and used by nobody else,
+    /// until the filesystem call it is passed to returns.
+    pub unsafe fn new(mem: UserspaceMem) -> UserspaceBuf {
+        UserspaceBuf(mem)
+    }
+
+    /// A buffer over `dst`, borrowed for the call.
+    pub fn from_slice(dst: &mut [u8]) -> UserspaceBuf {
+        UserspaceBuf(UserspaceMem::Host {
+            ptr: dst.as_mut_ptr(),
+            len: dst.len(),
+        })
+    }
+
+    /// For memory an `unsafe` entry point of the crate already vouched for
+    /// (a validated request of a registered or lent buffer; see `crate::lent`),
+    /// or a slice a write only reads.
+    pub(crate) fn vouched(mem: UserspaceMem) -> UserspaceBuf {
+        UserspaceBuf(mem)
+    }
+
+    /// What the buffer describes (reading the addresses is safe; using them
+    /// as memory is the filesystem's own `unsafe`, or [`UserspaceBuf`]'s
+    /// crate-internal views).
+    pub fn mem(&self) -> &UserspaceMem {
+        &self.0
+    }
+
+    /// The description, by value.
+    pub fn into_mem(self) -> UserspaceMem {
+        self.0
+    }
+}
+
+/// The kinds of memory a [`UserspaceBuf`] describes.
+#[derive(Debug)]
+pub enum UserspaceMem {
     /// Host-accessible memory the filesystem may touch directly.
     Host {
         /// First byte.

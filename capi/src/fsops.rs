@@ -9,7 +9,7 @@
 
 use crate::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
 use hipfs::error::{Error, OpError, Result};
-use hipfs::userspace::{UserspaceBuf, UserspaceFs};
+use hipfs::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::ffi::{c_int, c_void, CStr, CString};
 
 /// A file served by C callbacks.
@@ -45,14 +45,14 @@ struct CallArgs {
 }
 
 fn call_args(buf: UserspaceBuf) -> Result<CallArgs> {
-    match buf {
-        UserspaceBuf::Host { ptr, len } => Ok(CallArgs {
+    match buf.into_mem() {
+        UserspaceMem::Host { ptr, len } => Ok(CallArgs {
             ptr,
             len,
             _desc: None,
             info: None,
         }),
-        UserspaceBuf::Rdma {
+        UserspaceMem::Rdma {
             desc, addr, len, ..
         } => {
             let desc_len = c_int::try_from(desc.len())

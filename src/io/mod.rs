@@ -17,7 +17,7 @@ use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, MemoryKind};
 use crate::lent::{LentChunks, LentSpan};
 use crate::stats::{self, IoPath};
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 use posix::PosixFile;
 use std::sync::Arc;
 
@@ -164,19 +164,21 @@ fn userspace_transfer(
     config: &Config,
 ) -> Result<usize> {
     let host_ok = kind != MemoryKind::Device;
-    let buf = match rdma_desc {
-        Some(desc) => UserspaceBuf::Rdma {
+    // The request's memory was validated against its buffer by the API
+    // face that made it (see crate::lent).
+    let buf = UserspaceBuf::vouched(match rdma_desc {
+        Some(desc) => UserspaceMem::Rdma {
             desc: desc.to_string(),
             addr: req.mem as u64,
             len: req.size,
             host_ptr: host_ok.then_some(req.mem as *mut u8),
         },
-        None if host_ok => UserspaceBuf::Host {
+        None if host_ok => UserspaceMem::Host {
             ptr: req.mem as *mut u8,
             len: req.size,
         },
         None => return staged::userspace_transfer(fs, req, config),
-    };
+    });
     let n = match req.dir {
         Dir::Read => fs.read(buf, req.file_offset)?,
         Dir::Write => fs.write(buf, req.file_offset)?,

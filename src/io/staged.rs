@@ -22,7 +22,7 @@ use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, GpuRuntime};
 use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -67,10 +67,7 @@ impl Source<'_> {
         match self {
             Source::File(pf) => read_range(pf, dst, off),
             Source::Userspace(fs) => {
-                let buf = UserspaceBuf::Host {
-                    ptr: dst.as_mut_ptr(),
-                    len,
-                };
+                let buf = UserspaceBuf::from_slice(dst);
                 let n = fs.read(buf, off)?;
                 if n > len {
                     return Err(Error::new(
@@ -89,10 +86,10 @@ impl Source<'_> {
             Source::File(pf) => write_range(pf, src, off),
             Source::Userspace(fs) => {
                 // A write only reads the bytes (the UserspaceFs contract).
-                let buf = UserspaceBuf::Host {
+                let buf = UserspaceBuf::vouched(UserspaceMem::Host {
                     ptr: src.as_ptr().cast_mut(),
                     len: src.len(),
-                };
+                });
                 fs.write(buf, off)
             }
         }

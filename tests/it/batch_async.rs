@@ -10,7 +10,7 @@ use hipfs::gpu::StreamId;
 use hipfs::handle::{handle_deregister, handle_register};
 use hipfs::stream::{read_async, stream_deregister, stream_register, write_async, AsyncArgs};
 use hipfs::{
-    Buffer, FileHandle, FileHandleType, OpError, UserspaceBuf, UserspaceFs,
+    Buffer, FileHandle, FileHandleType, OpError, UserspaceBuf, UserspaceFs, UserspaceMem,
     STREAM_FIXED_BUF_OFFSET, STREAM_FIXED_FILE_OFFSET, STREAM_FIXED_FILE_SIZE,
 };
 use std::collections::HashSet;
@@ -183,20 +183,20 @@ impl UserspaceFs for GatedFs {
     }
     fn read(&self, buf: UserspaceBuf, _offset: u64) -> hipfs::Result<usize> {
         self.gate.pass();
-        match buf {
-            UserspaceBuf::Host { ptr, len } => {
+        match *buf.mem() {
+            UserspaceMem::Host { ptr, len } => {
                 // SAFETY: the library hands us its validated host range for this call.
                 unsafe { std::ptr::write_bytes(ptr, self.fill, len) };
                 Ok(len)
             }
-            UserspaceBuf::Rdma { .. } => panic!("host memory expected"),
+            UserspaceMem::Rdma { .. } => panic!("host memory expected"),
         }
     }
     fn write(&self, buf: UserspaceBuf, _offset: u64) -> hipfs::Result<usize> {
         self.gate.pass();
-        match buf {
-            UserspaceBuf::Host { len, .. } => Ok(len),
-            UserspaceBuf::Rdma { len, .. } => Ok(len),
+        match *buf.mem() {
+            UserspaceMem::Host { len, .. } => Ok(len),
+            UserspaceMem::Rdma { len, .. } => Ok(len),
         }
     }
 }
