@@ -113,6 +113,10 @@ struct Registry {
     /// Handle registered for each user fd (the same fd twice is an error).
     fds: HashMap<i32, u64>,
     buffers: BTreeMap<usize, Arc<RegisteredBuffer>>,
+    /// Streams registered for stream-ordered I/O and their flags. Kept
+    /// across driver close, as hipFile keeps them (a stream belongs to the
+    /// application, not to one open of the driver).
+    streams: HashMap<usize, u32>,
     next_id: u64,
 }
 
@@ -131,6 +135,7 @@ fn with_state<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
             handles: HashMap::new(),
             fds: HashMap::new(),
             buffers: BTreeMap::new(),
+            streams: HashMap::new(),
             next_id: 1,
         }
     });
@@ -403,4 +408,19 @@ pub(crate) fn io_context(base: usize) -> Result<(Arc<Config>, io::MemTarget)> {
             .map_or_else(io::MemTarget::unregistered, |r| r.target());
         Ok((Arc::clone(&s.active), target))
     })
+}
+
+/// Registers `stream` with `flags` (replacing earlier flags).
+pub(crate) fn insert_stream(stream: usize, flags: u32) {
+    with_state(|s| s.streams.insert(stream, flags));
+}
+
+/// Forgets `stream`; whether it was registered.
+pub(crate) fn remove_stream(stream: usize) -> bool {
+    with_state(|s| s.streams.remove(&stream).is_some())
+}
+
+/// The flags `stream` is registered with.
+pub(crate) fn stream_flags(stream: usize) -> Option<u32> {
+    with_state(|s| s.streams.get(&stream).copied())
 }

@@ -54,12 +54,6 @@ pub const STREAM_PAGE_ALIGNED_INPUTS: u32 = 8;
 /// `HIPFILE_STREAM_FLAGS_MASK`: every valid flag.
 pub const STREAM_FLAGS_MASK: u32 = 0xf;
 
-static STREAMS: LazyLock<Mutex<HashMap<usize, u32>>> = LazyLock::new(Default::default);
-
-fn streams() -> MutexGuard<'static, HashMap<usize, u32>> {
-    STREAMS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Registers `stream` for async I/O with `flags` (within [`STREAM_FLAGS_MASK`]).
 /// Registering again replaces the flags.
 pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
@@ -72,24 +66,26 @@ pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
     if crate::gpu::runtime().name() != "host" {
         Completions::ensure_word(stream)?;
     }
-    streams().insert(stream, flags);
+    crate::registry::insert_stream(stream, flags);
     Ok(())
 }
 
 /// Forgets `stream`; one that is not registered is `InvalidValue`.
 /// Operations already enqueued on it still run.
 pub fn stream_deregister(stream: usize) -> Result<()> {
-    streams().remove(&stream).map(|_| ()).ok_or_else(|| {
-        Error::new(
+    if crate::registry::remove_stream(stream) {
+        Ok(())
+    } else {
+        Err(Error::new(
             OpError::InvalidValue,
             format!("stream {stream:#x} is not registered"),
-        )
-    })
+        ))
+    }
 }
 
 /// The flags `stream` is registered with, `None` when it is not.
 pub fn stream_flags(stream: usize) -> Option<u32> {
-    streams().get(&stream).copied()
+    crate::registry::stream_flags(stream)
 }
 
 /// The arguments of a safe async operation, shared with the stream: set
