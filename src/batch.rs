@@ -198,29 +198,26 @@ impl Batch {
             st.running += 1;
             taken
         };
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match params.opcode {
-                Opcode::Read => crate::handle::read_vouched(
-                    &file,
-                    params.buf_base,
-                    params.size,
-                    params.file_offset,
-                    params.buf_offset,
-                ),
-                Opcode::Write => crate::handle::write_vouched(
-                    &file,
-                    params.buf_base,
-                    params.size,
-                    params.file_offset,
-                    params.buf_offset,
-                ),
-            }))
-            .unwrap_or_else(|_| {
-                Err(Error::new(
-                    OpError::InternalError,
-                    "a batch I/O operation panicked",
-                ))
-            });
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let dir = match params.opcode {
+                Opcode::Read => crate::io::Dir::Read,
+                Opcode::Write => crate::io::Dir::Write,
+            };
+            crate::handle::transfer_vouched(
+                dir,
+                &file,
+                params.buf_base,
+                params.size,
+                params.file_offset,
+                params.buf_offset,
+            )
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::new(
+                OpError::InternalError,
+                "a batch I/O operation panicked",
+            ))
+        });
         let event = match outcome {
             Ok(n) => IoEvent {
                 cookie: params.cookie,

@@ -91,7 +91,7 @@ pub unsafe fn read(
     file_offset: i64,
     buffer_offset: i64,
 ) -> Result<usize> {
-    read_vouched(file, base, size, file_offset, buffer_offset)
+    transfer_vouched(Dir::Read, file, base, size, file_offset, buffer_offset)
 }
 
 /// Writes `size` bytes from `base + buffer_offset` at `file_offset`: see [`read`].
@@ -106,33 +106,13 @@ pub unsafe fn write(
     file_offset: i64,
     buffer_offset: i64,
 ) -> Result<usize> {
-    write_vouched(file, base, size, file_offset, buffer_offset)
+    transfer_vouched(Dir::Write, file, base, size, file_offset, buffer_offset)
 }
 
-/// [`read`] for an address an `unsafe` entry point already vouched for
-/// (`batch_submit`, `read_async`): the crate's engines only.
-pub(crate) fn read_vouched(
-    file: &RegisteredFile,
-    base: usize,
-    size: usize,
-    file_offset: i64,
-    buffer_offset: i64,
-) -> Result<usize> {
-    transfer_raw(Dir::Read, file, base, size, file_offset, buffer_offset)
-}
-
-/// [`write`] for an address an `unsafe` entry point already vouched for.
-pub(crate) fn write_vouched(
-    file: &RegisteredFile,
-    base: usize,
-    size: usize,
-    file_offset: i64,
-    buffer_offset: i64,
-) -> Result<usize> {
-    transfer_raw(Dir::Write, file, base, size, file_offset, buffer_offset)
-}
-
-fn transfer_raw(
+/// [`read`] or [`write`] for an address an `unsafe` entry point already
+/// vouched for (`batch_submit`, `read_async`) or a [`FileHandle`] borrow:
+/// the crate's engines only.
+pub(crate) fn transfer_vouched(
     dir: Dir,
     file: &RegisteredFile,
     base: usize,
@@ -334,7 +314,7 @@ impl FileHandle {
             .ok()
             .and_then(|o| o.checked_add(buffer_offset))
             .ok_or_else(|| Error::new(OpError::InvalidValue, "buffer offset overflows"))?;
-        transfer_raw(dir, &file, mem.base, size, file_offset, offset)
+        transfer_vouched(dir, &file, mem.base, size, file_offset, offset)
     }
 
     /// The path given at construction.

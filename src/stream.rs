@@ -223,10 +223,7 @@ impl<S: ArgSlots> StreamOp<S> {
                 )));
             }
         }
-        match self.dir {
-            Dir::Read => crate::handle::read_vouched(&self.file, self.base, size, foff, boff),
-            Dir::Write => crate::handle::write_vouched(&self.file, self.base, size, foff, boff),
-        }
+        crate::handle::transfer_vouched(self.dir, &self.file, self.base, size, foff, boff)
     }
 
     /// Bytes moved or the negative error, never a panic.

@@ -16,20 +16,11 @@ pub fn run_parallel(n: usize, f: &(dyn Fn(usize) + Sync)) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
+    // The pool's own behaviour (every worker once, borrows, panics) is
+    // tested in hipfs_sys::pool; this face only maps the error.
     #[test]
-    fn every_worker_runs_once_and_borrows_from_the_caller() {
-        let hits: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
-        run_parallel(8, &|i| {
-            hits[i].fetch_add(1, Ordering::Relaxed);
-        })
-        .unwrap();
-        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
-    }
-
-    #[test]
-    fn a_panicking_worker_becomes_an_error_not_a_hang() {
+    fn a_panicking_worker_becomes_an_internal_error() {
         let r = run_parallel(3, &|i| {
             if i == 2 {
                 panic!("boom");
