@@ -320,6 +320,22 @@ impl TlsRx {
     /// `[ptr, ptr+len)` must be writable for the duration of the call.
     unsafe fn recv_raw(&mut self, mut ptr: *mut u8, mut len: usize) -> io::Result<()> {
         while len > 0 {
+            let got = self.take_plain(len, |b| {
+                // SAFETY: b.len() <= len bytes of the caller's writable range.
+                unsafe { sock::copy_to_raw(ptr, b) }
+            })?;
+            // SAFETY: got <= len, so the pointer stays inside the range.
+            ptr = unsafe { ptr.add(got) };
+            len -= got;
+        }
+        Ok(())
+    }
+
+    /// Hands up to `max` decrypted bytes to `f` and consumes them; when none
+    /// are decrypted yet, feeds the session more ciphertext first. Returns
+    /// how many bytes `f` got (at least one).
+    fn take_plain(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> io::Result<usize> {
+        loop {
             let got = {
                 let mut c = lock(&self.session);
                 let mut r = c.reader();
@@ -331,9 +347,8 @@ impl TlsRx {
                         ))
                     }
                     Ok(b) => {
-                        let n = b.len().min(len);
-                        // SAFETY: n <= len bytes of the caller's writable range.
-                        unsafe { sock::copy_to_raw(ptr, &b[..n]) };
+                        let n = b.len().min(max);
+                        f(&b[..n]);
                         r.consume(n);
                         n
                     }
@@ -342,14 +357,10 @@ impl TlsRx {
                 }
             };
             if got > 0 {
-                // SAFETY: got <= len, so the pointer stays inside the range.
-                ptr = unsafe { ptr.add(got) };
-                len -= got;
-                continue;
+                return Ok(got);
             }
             self.feed()?;
         }
-        Ok(())
     }
 
     /// Gives the session more ciphertext (receiving it first, unlocked, if
@@ -381,30 +392,8 @@ impl TlsRx {
 
     fn discard(&mut self, mut len: u64) -> io::Result<()> {
         while len > 0 {
-            let got = {
-                let mut c = lock(&self.session);
-                let mut r = c.reader();
-                match r.fill_buf() {
-                    Ok([]) => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "peer closed the TLS session",
-                        ))
-                    }
-                    Ok(b) => {
-                        let n = (b.len() as u64).min(len) as usize;
-                        r.consume(n);
-                        n
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-                    Err(e) => return Err(e),
-                }
-            };
-            if got > 0 {
-                len -= got as u64;
-            } else {
-                self.feed()?;
-            }
+            let max = usize::try_from(len).unwrap_or(usize::MAX);
+            len -= self.take_plain(max, |_| {})? as u64;
         }
         Ok(())
     }
