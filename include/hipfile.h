@@ -335,7 +335,10 @@ typedef enum hipFileBoolConfigParameter {
     hipFileParamPreferIOUring,
     hipFileParamForceOdirectMode,
     hipFileParamSkipTopologyDetection,
-    hipFileParamStreamMemopsBypass
+    hipFileParamStreamMemopsBypass,
+    /* hipfs extension: OPAQUE_FD handles on a hipfs mount read and write the
+       server directly (default true; env HIPFS_OPAQUE_FD_DIRECT). */
+    hipFileParamHipfsOpaqueFdDirect
 } hipFileBoolConfigParameter_t;
 
 typedef enum hipFileStringConfigParameter {

@@ -57,6 +57,7 @@ params!(
     ForceOdirectMode,
     SkipTopologyDetection,
     StreamMemopsBypass,
+    HipfsOpaqueFdDirect,
 );
 
 params!(StringParam, LoggingLevel, EnvLogfilePath, LogDir);
@@ -66,7 +67,7 @@ params!(StringParam, LoggingLevel, EnvLogfilePath, LogDir);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     sizes: [usize; 12],
-    bools: [bool; 12],
+    bools: [bool; 13],
     strings: [String; 3],
     /// Comma-separated filesystem type names treated as not supporting O_DIRECT
     /// (`HIPFILE_UNSUPPORTED_FILE_SYSTEMS`).
@@ -108,6 +109,8 @@ impl Default for Config {
                 false, // ForceOdirectMode
                 false, // SkipTopologyDetection
                 false, // StreamMemopsBypass
+                // OPAQUE_FD handles on hipfs mounts take the direct path.
+                true, // HipfsOpaqueFdDirect
             ],
             strings: ["ERROR".to_string(), String::new(), String::new()],
             // O_DIRECT on a FUSE file skips the local page cache and costs the
@@ -183,6 +186,9 @@ impl Config {
         if let Some(n) = size_var("HIPFS_PARALLEL_THRESHOLD_KB") {
             self.set_size(SizeTParam::ExecutionMinIOThresholdSizeKB, n);
         }
+        if let Some(b) = bool_var("HIPFS_OPAQUE_FD_DIRECT") {
+            self.set_bool(BoolParam::HipfsOpaqueFdDirect, b);
+        }
         if let Some(b) = bool_var("HIPFS_PAGE_CACHE_PROBE") {
             self.page_cache_probe = b;
         }
@@ -247,6 +253,12 @@ impl Config {
     pub fn parallel_threshold(&self) -> usize {
         self.size(SizeTParam::ExecutionMinIOThresholdSizeKB)
             .saturating_mul(1024)
+    }
+
+    /// Whether OPAQUE_FD handles on a hipfs mount bypass FUSE (read and
+    /// write the server directly, as UserspaceFs handles do).
+    pub fn opaque_fd_direct(&self) -> bool {
+        self.get_bool(BoolParam::HipfsOpaqueFdDirect)
     }
 
     /// Whether the direct path is bypassed for everything.
@@ -379,12 +391,22 @@ mod tests {
     #[test]
     fn parameter_ordinals_follow_the_c_enumerations() {
         assert_eq!(SizeTParam::ALL.len(), 12);
-        assert_eq!(BoolParam::ALL.len(), 12);
+        // The twelve of hipFile, then hipfs's extension.
+        assert_eq!(BoolParam::ALL.len(), 13);
+        assert_eq!(BoolParam::HipfsOpaqueFdDirect as u32, 12);
         assert_eq!(StringParam::ALL.len(), 3);
         assert_eq!(SizeTParam::PropertiesBatchIOTimeoutMs as u32, 11);
         assert_eq!(BoolParam::StreamMemopsBypass as u32, 11);
         assert_eq!(StringParam::from_ordinal(2), Some(StringParam::LogDir));
         assert_eq!(StringParam::from_ordinal(3), None);
+    }
+
+    #[test]
+    fn the_opaque_fd_direct_path_is_on_by_default_and_the_environment_turns_it_off() {
+        assert!(Config::default().opaque_fd_direct());
+        let mut c = Config::default();
+        c.apply_env(|k| (k == "HIPFS_OPAQUE_FD_DIRECT").then(|| "0".into()));
+        assert!(!c.opaque_fd_direct());
     }
 
     #[test]

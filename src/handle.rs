@@ -43,7 +43,10 @@ pub fn handle_register(
         }
         FileHandleType::OpaqueFd => {
             let config = registry::current_config();
-            FileBackend::Posix(PosixFile::open(fd, &config)?)
+            match opaque_on_hipfs(fd, &config) {
+                Some(fs) => FileBackend::Userspace(fs?),
+                None => FileBackend::Posix(PosixFile::open(fd, &config)?),
+            }
         }
         FileHandleType::UserspaceFs => match fs {
             Some(fs) => FileBackend::Userspace(fs),
@@ -63,6 +66,44 @@ fn resolve_userspace(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
             "UserspaceFs needs a file on a hipfs mount (or fs_ops callbacks through the C API); this file is on no userspace filesystem hipfs knows",
         ))
     })
+}
+
+/// An OPAQUE_FD handle on a hipfs mount is bound to the server exactly as
+/// a UserspaceFs handle is: the programs people run (PyTorch's GdsFile,
+/// KvikIO, safetensors loaders) register OPAQUE_FD handles, and through
+/// FUSE they would get a fraction of the direct path's speed. `None`: not a
+/// hipfs file, or the switch is off (`HIPFS_OPAQUE_FD_DIRECT=0`, parameter
+/// `HipfsOpaqueFdDirect`); then the handle is a POSIX file as any other.
+/// A hipfs file the direct path cannot bind fails the registration, as the
+/// same file registered as UserspaceFs would (a silent fall back to FUSE
+/// would hide a misconfigured mount).
+fn opaque_on_hipfs(
+    fd: RawFd,
+    config: &crate::config::Config,
+) -> Option<Result<Arc<dyn UserspaceFs>>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SAID_DIRECT: AtomicBool = AtomicBool::new(false);
+    static SAID_OFF: AtomicBool = AtomicBool::new(false);
+    let first = |said: &AtomicBool| !said.swap(true, Ordering::Relaxed);
+    if !config.opaque_fd_direct() {
+        if hipfs_fusefs::is_hipfs_fd(fd).unwrap_or(false) && first(&SAID_OFF) {
+            log::info!(
+                "OPAQUE_FD handle on a hipfs mount: through FUSE (the direct path is off: HIPFS_OPAQUE_FD_DIRECT / HipfsOpaqueFdDirect)"
+            );
+        }
+        return None;
+    }
+    let bound =
+        crate::remote::client::direct::resolve_for(fd, hipfs_fusefs::IdentifyPurpose::OpaqueFd)?;
+    match &bound {
+        Ok(fs) if first(&SAID_DIRECT) => log::info!(
+            "OPAQUE_FD handle on a hipfs mount: direct path to the server ({})",
+            fs.identify()
+        ),
+        Err(e) => log::warn!("OPAQUE_FD handle on a hipfs mount: the direct path refused it: {e}"),
+        Ok(_) => {}
+    }
+    Some(bound)
 }
 
 /// Deregisters a handle; unknown handles are ignored (as upstream's void API).

@@ -493,7 +493,13 @@ pub trait Backend: Send + Sync + 'static {
     /// What the open file `(ino, fh)` is, for [`crate::identify_fd`]: an opaque description
     /// (for hipfs: server, export and remote file id) of at most
     /// [`crate::IDENTIFY_MAX_PAYLOAD`] bytes. `None` answers the ioctl with `ENOTTY`.
-    fn identify(&self, _ino: Ino, _fh: u64) -> Option<Vec<u8>> {
+    /// `purpose` says which kind of handle asks (for the backend's counters).
+    fn identify(&self, _ino: Ino, _fh: u64, _purpose: crate::IdentifyPurpose) -> Option<Vec<u8>> {
         None
     }
+
+    /// The file `ino` was written past the mount (the direct path): forget
+    /// whatever the backend caches of it. The adapter invalidates the
+    /// kernel's caches itself.
+    fn written_elsewhere(&self, _ino: Ino) {}
 }

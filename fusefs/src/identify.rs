@@ -24,11 +24,80 @@ const IOC_DIRSHIFT: u32 = 30;
 const IOC_SIZESHIFT: u32 = 16;
 const IOC_TYPESHIFT: u32 = 8;
 
-/// `_IOR('H', 1, [u8; 4096])`: identify the open file.
+const IOC_WRITE: u32 = 1;
+
+/// `_IOR('H', 1, [u8; 4096])`: identify the open file for a UserspaceFs handle.
 pub const HIPFS_IOC_IDENTIFY: u32 = (IOC_READ << IOC_DIRSHIFT)
     | ((IDENTIFY_BUF_LEN as u32) << IOC_SIZESHIFT)
     | ((b'H' as u32) << IOC_TYPESHIFT)
     | 1;
+
+/// `_IOW('H', 2, [u64; 2])`: the caller wrote `[offset, len)` of the open file
+/// behind the mount's back (the direct path); drop the kernel's cached pages
+/// of that range and the file's attributes. `len` 0 means to the end.
+pub const HIPFS_IOC_INVALIDATE: u32 = (IOC_WRITE << IOC_DIRSHIFT)
+    | ((INVALIDATE_ARG_LEN as u32) << IOC_SIZESHIFT)
+    | ((b'H' as u32) << IOC_TYPESHIFT)
+    | 2;
+
+/// `_IOR('H', 3, [u8; 4096])`: as [`HIPFS_IOC_IDENTIFY`], for an OPAQUE_FD handle
+/// that the library binds to the direct path (the mount counts the two apart).
+pub const HIPFS_IOC_IDENTIFY_OPAQUE: u32 = (IOC_READ << IOC_DIRSHIFT)
+    | ((IDENTIFY_BUF_LEN as u32) << IOC_SIZESHIFT)
+    | ((b'H' as u32) << IOC_TYPESHIFT)
+    | 3;
+
+const INVALIDATE_ARG_LEN: usize = 16;
+
+/// Which kind of handle asks a mount to identify a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentifyPurpose {
+    /// A `UserspaceFs` handle (or the renewal of its capability).
+    UserspaceFs,
+    /// An `OpaqueFd` handle the library takes past FUSE.
+    OpaqueFd,
+}
+
+/// What the adapter is asked through an ioctl on a hipfs file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IoctlRequest {
+    /// Identify the file (answer with [`crate::Backend::identify`]).
+    Identify(IdentifyPurpose),
+    /// Invalidate cached pages `[offset, offset + len)` and attributes.
+    Invalidate { offset: i64, len: i64 },
+}
+
+/// Decodes an ioctl the adapter received: the errno for anything else.
+pub(crate) fn ioctl_request(cmd: u32, in_data: &[u8], out_size: u32) -> Result<IoctlRequest, i32> {
+    let identify = |purpose| {
+        if (out_size as usize) < IDENTIFY_BUF_LEN {
+            Err(libc::EINVAL)
+        } else {
+            Ok(IoctlRequest::Identify(purpose))
+        }
+    };
+    match cmd {
+        HIPFS_IOC_IDENTIFY => identify(IdentifyPurpose::UserspaceFs),
+        HIPFS_IOC_IDENTIFY_OPAQUE => identify(IdentifyPurpose::OpaqueFd),
+        HIPFS_IOC_INVALIDATE => {
+            let arg: &[u8; INVALIDATE_ARG_LEN] = in_data
+                .get(..INVALIDATE_ARG_LEN)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(libc::EINVAL)?;
+            let word = |i: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&arg[i * 8..i * 8 + 8]);
+                u64::from_le_bytes(w)
+            };
+            let (offset, len) = (word(0), word(1));
+            let offset = i64::try_from(offset).map_err(|_| libc::EINVAL)?;
+            // Past i64::MAX means "to the end" to the kernel as well.
+            let len = i64::try_from(len).unwrap_or(0);
+            Ok(IoctlRequest::Invalidate { offset, len })
+        }
+        _ => Err(libc::ENOTTY),
+    }
+}
 
 /// Packs an identify payload into the ioctl reply buffer. `None` when it is too long.
 fn encode_identify_reply(payload: &[u8]) -> Option<Vec<u8>> {
@@ -41,19 +110,9 @@ fn encode_identify_reply(payload: &[u8]) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// The adapter's answer to ioctl `cmd` with an output buffer of `out_size` bytes: the reply
-/// bytes, or the errno. Only [`HIPFS_IOC_IDENTIFY`] is known; `payload` asks the backend.
-pub(crate) fn identify_reply(
-    cmd: u32,
-    out_size: u32,
-    payload: impl FnOnce() -> Option<Vec<u8>>,
-) -> Result<Vec<u8>, i32> {
-    if cmd != HIPFS_IOC_IDENTIFY {
-        return Err(libc::ENOTTY);
-    }
-    if (out_size as usize) < IDENTIFY_BUF_LEN {
-        return Err(libc::EINVAL);
-    }
+/// The adapter's answer to an identify request: the reply bytes, or the
+/// errno. `payload` asks the backend.
+pub(crate) fn identify_reply(payload: impl FnOnce() -> Option<Vec<u8>>) -> Result<Vec<u8>, i32> {
     let payload = payload().ok_or(libc::ENOTTY)?;
     encode_identify_reply(&payload).ok_or_else(|| {
         log::warn!("identify payload of {} bytes is too long", payload.len());
@@ -78,10 +137,29 @@ fn decode_identify_reply(buf: &[u8]) -> io::Result<Vec<u8>> {
 /// Errors: `ENOTTY` when `fd` is not on a hipfs mount (or the backend cannot identify it),
 /// `EBADF` for a bad descriptor.
 pub fn identify_fd(fd: RawFd) -> io::Result<Vec<u8>> {
+    identify_fd_for(fd, IdentifyPurpose::UserspaceFs)
+}
+
+/// [`identify_fd`] saying which kind of handle asks.
+pub fn identify_fd_for(fd: RawFd, purpose: IdentifyPurpose) -> io::Result<Vec<u8>> {
+    let cmd = match purpose {
+        IdentifyPurpose::UserspaceFs => HIPFS_IOC_IDENTIFY,
+        IdentifyPurpose::OpaqueFd => HIPFS_IOC_IDENTIFY_OPAQUE,
+    };
     let mut buf = vec![0u8; IDENTIFY_BUF_LEN];
     // The command's encoded size is IDENTIFY_BUF_LEN, the length of `buf`.
-    hipfs_sys::fs::ioctl_read(fd, HIPFS_IOC_IDENTIFY, &mut buf)?;
+    hipfs_sys::fs::ioctl_read(fd, cmd, &mut buf)?;
     decode_identify_reply(&buf)
+}
+
+/// Tells the mount that `[offset, offset + len)` of the file open as `fd`
+/// was written past it (the direct path), so the kernel forgets the cached
+/// pages of that range and the file's attributes before this returns.
+pub fn invalidate_fd(fd: RawFd, offset: u64, len: u64) -> io::Result<()> {
+    let mut arg = [0u8; INVALIDATE_ARG_LEN];
+    arg[..8].copy_from_slice(&offset.to_le_bytes());
+    arg[8..].copy_from_slice(&len.to_le_bytes());
+    hipfs_sys::fs::ioctl_write(fd, HIPFS_IOC_INVALIDATE, &arg).map(|_| ())
 }
 
 #[cfg(test)]
@@ -108,25 +186,48 @@ mod tests {
     }
 
     #[test]
-    fn only_the_identify_command_is_answered_and_oversized_payloads_overflow() {
-        let ok = identify_reply(HIPFS_IOC_IDENTIFY, 4096, || Some(b"x".to_vec()));
-        assert_eq!(ok, Ok(vec![1, 0, 0, 0, b'x']));
+    fn commands_decode_to_requests_and_others_are_not_tty() {
+        assert_eq!(HIPFS_IOC_INVALIDATE, 0x4010_4802);
+        assert_eq!(HIPFS_IOC_IDENTIFY_OPAQUE, 0x9000_4803);
         assert_eq!(
-            identify_reply(0x5401, 4096, || Some(vec![])),
-            Err(libc::ENOTTY)
+            ioctl_request(HIPFS_IOC_IDENTIFY, &[], 4096),
+            Ok(IoctlRequest::Identify(IdentifyPurpose::UserspaceFs))
         );
         assert_eq!(
-            identify_reply(HIPFS_IOC_IDENTIFY, 8, || Some(vec![])),
+            ioctl_request(HIPFS_IOC_IDENTIFY_OPAQUE, &[], 4096),
+            Ok(IoctlRequest::Identify(IdentifyPurpose::OpaqueFd))
+        );
+        assert_eq!(ioctl_request(HIPFS_IOC_IDENTIFY, &[], 8), Err(libc::EINVAL));
+        assert_eq!(ioctl_request(0x5401, &[], 4096), Err(libc::ENOTTY));
+        let mut arg = [0u8; 16];
+        arg[..8].copy_from_slice(&4096u64.to_le_bytes());
+        arg[8..].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(
+            ioctl_request(HIPFS_IOC_INVALIDATE, &arg, 0),
+            Ok(IoctlRequest::Invalidate {
+                offset: 4096,
+                len: 0
+            })
+        );
+        assert_eq!(
+            ioctl_request(HIPFS_IOC_INVALIDATE, &arg[..8], 0),
             Err(libc::EINVAL)
         );
+        arg[..8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(
-            identify_reply(HIPFS_IOC_IDENTIFY, 4096, || None),
-            Err(libc::ENOTTY)
+            ioctl_request(HIPFS_IOC_INVALIDATE, &arg, 0),
+            Err(libc::EINVAL)
         );
+    }
+
+    #[test]
+    fn identify_answers_the_payload_and_oversized_payloads_overflow() {
+        assert_eq!(
+            identify_reply(|| Some(b"x".to_vec())),
+            Ok(vec![1, 0, 0, 0, b'x'])
+        );
+        assert_eq!(identify_reply(|| None), Err(libc::ENOTTY));
         let big = || Some(vec![0u8; IDENTIFY_MAX_PAYLOAD + 1]);
-        assert_eq!(
-            identify_reply(HIPFS_IOC_IDENTIFY, 4096, big),
-            Err(libc::EOVERFLOW)
-        );
+        assert_eq!(identify_reply(big), Err(libc::EOVERFLOW));
     }
 }

@@ -21,7 +21,10 @@ pub use backend::{
 };
 pub use caller::{caller_killed, caller_pid};
 pub use error::FuseError;
-pub use identify::{identify_fd, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD};
+pub use identify::{
+    identify_fd, identify_fd_for, invalidate_fd, IdentifyPurpose, HIPFS_IOC_IDENTIFY,
+    HIPFS_IOC_IDENTIFY_OPAQUE, HIPFS_IOC_INVALIDATE, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD,
+};
 pub use memfs::MemFs;
 pub use mount::{
     mount, mount_foreground, unmount_path, MountConfig, MountHandle, DEFAULT_MAX_IO,

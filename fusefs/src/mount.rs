@@ -243,7 +243,13 @@ fn new_session(
 ) -> Result<(Session<FuseAdapter>, Arc<AtomicBool>), FuseError> {
     config.validate()?;
     let closing = Arc::new(AtomicBool::new(false));
-    let adapter = FuseAdapter::new(backend, config.adapter_options(), closing.clone());
+    let notifier = Arc::new(std::sync::OnceLock::new());
+    let adapter = FuseAdapter::new(
+        backend,
+        config.adapter_options(),
+        closing.clone(),
+        notifier.clone(),
+    );
     let session =
         Session::new(adapter, &config.mountpoint, &config.fuser_config()).map_err(|source| {
             FuseError::Mount {
@@ -251,6 +257,7 @@ fn new_session(
                 source,
             }
         })?;
+    let _ = notifier.set(session.notifier());
     Ok((session, closing))
 }
 

@@ -324,6 +324,21 @@ pub fn ioctl_read(fd: RawFd, request: u32, buf: &mut [u8]) -> io::Result<i32> {
     cvt(unsafe { libc::ioctl(fd, request as _, buf.as_mut_ptr()) })
 }
 
+/// `ioctl(fd, request, buf)` for an `_IOW` request whose encoded size is
+/// `buf.len()`: the kernel reads exactly `buf`. Returns the ioctl's value.
+pub fn ioctl_write(fd: RawFd, request: u32, buf: &[u8]) -> io::Result<i32> {
+    const IOC_WRITE: u32 = 1;
+    let dir = request >> 30;
+    let size = ((request >> 16) & 0x3fff) as usize;
+    if dir != IOC_WRITE || size != buf.len() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the request's encoded size is exactly `buf.len()` (checked
+    // above), so the kernel reads only inside `buf`, which lives across
+    // the call and is never written.
+    cvt(unsafe { libc::ioctl(fd, request as _, buf.as_ptr()) })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -331,6 +346,15 @@ mod tests {
         // _IOR('H', 1, char[4096]).
         let req = 0x9000_4801;
         let e = super::ioctl_read(0, req, &mut [0u8; 16]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn ioctl_write_refuses_a_read_direction_request_or_another_size() {
+        // _IOR('H', 1, char[16]) and _IOW('H', 2, char[16]) with 8 bytes.
+        let e = super::ioctl_write(0, 0x8010_4801, &[0u8; 16]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        let e = super::ioctl_write(0, 0x4010_4802, &[0u8; 8]).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
     }
 

@@ -443,9 +443,23 @@ fn read_with_handle(
     Ok((total, sum, secs))
 }
 
+/// Reopens the driver with OPAQUE_FD handles on hipfs mounts taking the
+/// direct path (`on`) or FUSE: the parameter is read when the driver opens.
+fn reopen_with_opaque_direct(
+    driver: &mut Option<hipfs::Driver>,
+    on: bool,
+) -> Result<(), RemoteError> {
+    let to_remote = |e: hipfs::Error| RemoteError::Config(e.to_string());
+    *driver = None;
+    hipfs::set_parameter_bool(hipfs::BoolParam::HipfsOpaqueFdDirect, on).map_err(to_remote)?;
+    *driver = Some(hipfs::Driver::open().map_err(to_remote)?);
+    Ok(())
+}
+
 /// `hipfs bench userspace`: a large file read with UserspaceFs handles
-/// (server → caller's memory, no FUSE) beside the loopback TCP ceiling and
-/// the same read through the FUSE mount with an OpaqueFd handle.
+/// (server → caller's memory, no FUSE) beside the loopback TCP ceilings,
+/// the same read with an OpaqueFd handle (which takes the same direct path)
+/// and with an OpaqueFd handle through FUSE (the direct path switched off).
 pub fn bench_userspace(
     opts: &MountBenchOptions,
     request: usize,
@@ -463,7 +477,7 @@ pub fn bench_userspace(
             }
         }
     }
-    let _driver = hipfs::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?;
+    let mut driver = Some(hipfs::Driver::open().map_err(|e| RemoteError::Config(e.to_string()))?);
     let file = opts.file.canonicalize()?;
     let dir = file
         .parent()
@@ -499,7 +513,9 @@ pub fn bench_userspace(
         None
     };
     let lanes = hipfs::remote::client::userspace_lanes();
-    let (mut us, mut fuse, mut ceil, mut multi) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut us, mut opaque, mut ceil, mut multi) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut fuse = Vec::new();
     let mut us_tls = Vec::new();
     let mut expect = None;
     let result = (|| {
@@ -512,11 +528,22 @@ pub fn bench_userspace(
             )?;
             let (n2, s2, t2) =
                 read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory)?;
+            reopen_with_opaque_direct(&mut driver, false)?;
+            let through_fuse =
+                read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory);
+            reopen_with_opaque_direct(&mut driver, true)?;
+            let (n4, s4, t4) = through_fuse?;
             let c = loopback_tcp_ceiling(size, 1)?;
             let m = loopback_tcp_ceiling(size, lanes)?;
-            if n1 != size || n2 != size || s1 != s2 || expect.is_some_and(|e| e != s1) {
+            if n1 != size
+                || n2 != size
+                || n4 != size
+                || s1 != s2
+                || s1 != s4
+                || expect.is_some_and(|e| e != s1)
+            {
                 return Err(RemoteError::Config(format!(
-                    "data mismatch: UserspaceFs read {n1} bytes (sum {s1:x}), OpaqueFd {n2} (sum {s2:x}), file has {size}"
+                    "data mismatch: UserspaceFs read {n1} bytes (sum {s1:x}), OpaqueFd {n2} (sum {s2:x}), OpaqueFd through FUSE {n4} (sum {s4:x}), file has {size}"
                 )));
             }
             expect = Some(s1);
@@ -535,7 +562,8 @@ pub fn bench_userspace(
             }
             if i > 0 {
                 us.push(size as f64 / t1 / (1u64 << 30) as f64);
-                fuse.push(size as f64 / t2 / (1u64 << 30) as f64);
+                opaque.push(size as f64 / t2 / (1u64 << 30) as f64);
+                fuse.push(size as f64 / t4 / (1u64 << 30) as f64);
                 ceil.push(c);
                 multi.push(m);
             }
@@ -552,7 +580,7 @@ pub fn bench_userspace(
     }
     result?;
     let c = median(ceil);
-    let (u, f, mc) = (median(us), median(fuse), median(multi));
+    let (u, o, f, mc) = (median(us), median(opaque), median(fuse), median(multi));
     let ratio = |x: f64| if c > 0.0 { x / c } else { 0.0 };
     let mut rows = vec![
         MountBenchRow {
@@ -574,7 +602,19 @@ pub fn bench_userspace(
             ratio: ratio(u),
         },
         MountBenchRow {
-            path: format!("OpaqueFd on the FUSE mount, {} MiB requests", request >> 20),
+            path: format!(
+                "OpaqueFd handle (direct path), {} MiB requests: {:.0}% of UserspaceFs",
+                request >> 20,
+                if u > 0.0 { 100.0 * o / u } else { 0.0 }
+            ),
+            gib_per_s: o,
+            ratio: ratio(o),
+        },
+        MountBenchRow {
+            path: format!(
+                "OpaqueFd through FUSE (HIPFS_OPAQUE_FD_DIRECT=0), {} MiB requests",
+                request >> 20
+            ),
             gib_per_s: f,
             ratio: ratio(f),
         },
@@ -596,10 +636,11 @@ pub fn bench_userspace(
 /// Prints the rows as a table.
 pub fn print_mount_table(title: &str, rows: &[MountBenchRow]) {
     println!("{title}");
-    println!("{:<44} {:>9} {:>8}", "path", "GiB/s", "ratio");
+    let w = rows.iter().map(|r| r.path.len()).max().unwrap_or(0).max(44);
+    println!("{:<w$} {:>9} {:>8}", "path", "GiB/s", "ratio");
     for r in rows {
         println!(
-            "{:<44} {:>9.2} {:>7.0}%",
+            "{:<w$} {:>9.2} {:>7.0}%",
             r.path,
             r.gib_per_s,
             r.ratio * 100.0

@@ -10,7 +10,7 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
@@ -30,7 +30,7 @@ use dir::{fill_readdir, fill_readdirplus};
 use init::negotiate;
 
 use crate::credentials::GroupCache;
-use crate::identify::identify_reply;
+use crate::identify::{identify_reply, ioctl_request, IoctlRequest};
 use crate::{Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, SetAttr};
 
 /// The kernel-facing settings of one mount (derived from [`crate::MountConfig`]).
@@ -47,6 +47,9 @@ pub(crate) struct AdapterOptions {
     pub(crate) max_background: u16,
 }
 
+/// How long an invalidation ioctl waits for the kernel to drop the pages.
+const INVALIDATE_WAIT: Duration = Duration::from_secs(5);
+
 pub(crate) struct FuseAdapter {
     backend: Arc<dyn Backend>,
     opts: AdapterOptions,
@@ -54,6 +57,9 @@ pub(crate) struct FuseAdapter {
     /// Set when the mount is torn down: backends waiting for a request
     /// (a hard mount retrying) see it through `caller_killed` and give up.
     closing: Arc<AtomicBool>,
+    /// The session's notifier, set once the session exists (the adapter is
+    /// built before it): cache invalidations the kernel is told about.
+    notifier: Arc<OnceLock<fuser::Notifier>>,
 }
 
 impl FuseAdapter {
@@ -61,12 +67,44 @@ impl FuseAdapter {
         backend: Arc<dyn Backend>,
         opts: AdapterOptions,
         closing: Arc<AtomicBool>,
+        notifier: Arc<OnceLock<fuser::Notifier>>,
     ) -> FuseAdapter {
         FuseAdapter {
             backend,
             opts,
             groups: GroupCache::default(),
             closing,
+            notifier,
+        }
+    }
+
+    /// Drops the kernel's cached pages `[offset, offset + len)` (`len` 0: to
+    /// the end) and attributes of `ino`, from another thread: the kernel may
+    /// write dirty pages back first, which needs a free session thread, so
+    /// it must not run on this one. Waits for it a bounded time.
+    fn invalidate_inode(&self, ino: u64, offset: i64, len: i64) -> Result<(), i32> {
+        self.backend.written_elsewhere(ino);
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return Ok(());
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("hipfs-fuse-inval".into())
+            .spawn(move || {
+                let r = notifier.inval_inode(INodeNo(ino), offset, len);
+                let _ = tx.send(r);
+            })
+            .map_err(|_| libc::EAGAIN)?;
+        match rx.recv_timeout(INVALIDATE_WAIT) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                warn!("invalidating inode {ino}: {e}");
+                Err(e.raw_os_error().unwrap_or(libc::EIO))
+            }
+            Err(_) => {
+                warn!("invalidating inode {ino} takes over {INVALIDATE_WAIT:?}; not waiting");
+                Ok(())
+            }
         }
     }
 
@@ -623,13 +661,19 @@ impl Filesystem for FuseAdapter {
         fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
-        _in_data: &[u8],
+        in_data: &[u8],
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let answer = identify_reply(cmd, out_size, || {
-            self.guarded(|b| b.identify(ino.0, fh.0)).flatten()
-        });
+        let answer = match ioctl_request(cmd, in_data, out_size) {
+            Ok(IoctlRequest::Identify(purpose)) => {
+                identify_reply(|| self.guarded(|b| b.identify(ino.0, fh.0, purpose)).flatten())
+            }
+            Ok(IoctlRequest::Invalidate { offset, len }) => self
+                .invalidate_inode(ino.0, offset, len)
+                .map(|()| Vec::new()),
+            Err(code) => Err(code),
+        };
         match answer {
             Ok(buf) => reply.ioctl(0, &buf),
             Err(code) => reply.error(fuser::Errno::from_i32(code)),

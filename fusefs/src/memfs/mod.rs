@@ -563,7 +563,7 @@ impl Backend for MemFs {
         Ok(())
     }
 
-    fn identify(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {
+    fn identify(&self, ino: Ino, fh: u64, _purpose: crate::IdentifyPurpose) -> Option<Vec<u8>> {
         let t = self.read_tree().ok()?;
         (t.handles.get(&fh) == Some(&ino)).then(|| format!("memfs:ino={ino}:fh={fh}").into_bytes())
     }

@@ -58,7 +58,10 @@ impl Backend for Faulty {
     }
     fn read(&self, ino: Ino, fh: u64, off: u64, size: u32, c: &C) -> Result<Vec<u8>> {
         let mut data = self.inner.read(ino, fh, off, size, c)?;
-        if self.inner.identify(ino, fh).is_some()
+        if self
+            .inner
+            .identify(ino, fh, hipfs_fusefs::IdentifyPurpose::UserspaceFs)
+            .is_some()
             && self
                 .inner
                 .getxattr(ino, "user.overlong".as_ref(), c)

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{errno, mount_memfs, require_fuse};
 use hipfs_fusefs::{
-    identify_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs, MountConfig, ROOT_INO,
+    identify_fd, invalidate_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs,
+    MountConfig, ROOT_INO,
 };
 
 #[test]
@@ -39,6 +40,44 @@ fn identify_ioctl_answers_with_the_backend_description_of_the_open_file() {
     let local = tempfile::tempfile().unwrap();
     assert_eq!(errno(identify_fd(local.as_raw_fd())), libc::ENOTTY);
     assert!(!is_hipfs_fd(local.as_raw_fd()).unwrap());
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn the_invalidate_ioctl_drops_cached_pages_and_size_of_a_file_changed_behind_the_kernel() {
+    // Long timeouts and kept pages: only the invalidation can refresh them.
+    let m = mount_memfs(MemFs::new(), |c| {
+        c.attr_timeout = Duration::from_secs(600);
+        c.entry_timeout = Duration::from_secs(600);
+    });
+    let p = m.path("f");
+    fs::write(&p, b"old bytes").unwrap();
+    let f = fs::File::open(&p).unwrap();
+    let mut seen = vec![0u8; 9];
+    f.read_exact_at(&mut seen, 0).unwrap();
+    assert_eq!(seen, b"old bytes");
+    let ino = f.metadata().unwrap().ino();
+    // The backend changes the file without the kernel knowing (as a direct
+    // write to the server does).
+    let cred = Credentials::root();
+    let fh = m.fs.open(ino, libc::O_RDWR, &cred).unwrap();
+    m.fs.write(ino, fh, 0, b"NEW bytes and more", &cred)
+        .unwrap();
+    m.fs.release(ino, fh, 0, &cred).unwrap();
+    let mut stale = vec![0u8; 9];
+    f.read_exact_at(&mut stale, 0).unwrap();
+    assert_eq!(stale, b"old bytes", "cached before the invalidation");
+    invalidate_fd(f.as_raw_fd(), 0, 0).expect("the mount takes the invalidation");
+    assert_eq!(f.metadata().unwrap().len(), 18);
+    let mut fresh = vec![0u8; 18];
+    f.read_exact_at(&mut fresh, 0).unwrap();
+    assert_eq!(fresh, b"NEW bytes and more");
+    // A file elsewhere is not a hipfs file.
+    let local = tempfile::tempfile().unwrap();
+    assert_eq!(errno(invalidate_fd(local.as_raw_fd(), 0, 0)), libc::ENOTTY);
 }
 
 #[test]

@@ -15,6 +15,7 @@ use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use hipfs_fusefs::IdentifyPurpose;
 use hipfs_rdma::TransportKind;
 
 use super::super::proto::{Op, Payload, ReadDest, WireCred, MAX_IO};
@@ -194,6 +195,22 @@ impl RemoteFile {
         let link = f.client.link().map_err(Error::from)?;
         f.server_fh(&link).map_err(|e| io_err(e, "open"))?;
         Ok(f)
+    }
+
+    /// Tells the mount this file was written past it, so readers through
+    /// the mount do not see stale cached pages or size. A mount that cannot
+    /// (an older one) is logged once: its caches expire on their timeouts.
+    fn invalidate_mount_cache(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = &self._mount_fd else { return };
+        if let Err(e) = hipfs_fusefs::invalidate_fd(fd.as_raw_fd(), offset, len) {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                log::warn!(
+                    "hipfs mount did not take the invalidation after a direct write ({e}); readers through the mount may see old data until its cache times out"
+                )
+            });
+        }
     }
 
     fn server_fh(&self, link: &Arc<Link>) -> std::result::Result<u64, i32> {
@@ -430,7 +447,7 @@ impl UserspaceFs for RemoteFile {
         // All pieces share one deadline (see `read`).
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
         let positional = self.flags & libc::O_APPEND == 0;
-        self.client.within(Some(deadline), false, positional, || {
+        let written = self.client.within(Some(deadline), false, positional, || {
             let mut done = 0;
             while done < len {
                 let piece = &data[done..(done + MAX_IO).min(len)];
@@ -442,23 +459,39 @@ impl UserspaceFs for RemoteFile {
                     break;
                 }
             }
-            Ok(done)
-        })
+            Ok::<usize, Error>(done)
+        })?;
+        if written > 0 {
+            // An appending write lands wherever the end was: drop it all.
+            let (at, n) = if positional {
+                (offset, written as u64)
+            } else {
+                (0, 0)
+            };
+            self.invalidate_mount_cache(at, n);
+        }
+        Ok(written)
     }
 }
 
 /// Binds `fd` to a remote file when it is on a hipfs mount; `None` when
 /// it is not (`handle_register` of a `UserspaceFs` handle asks here).
 pub fn resolve(fd: RawFd) -> Option<Result<Arc<dyn UserspaceFs>>> {
+    resolve_for(fd, IdentifyPurpose::UserspaceFs)
+}
+
+/// [`resolve`] for the kind of handle `purpose` names (the mount counts
+/// OPAQUE_FD handles it hands to the direct path apart).
+pub fn resolve_for(fd: RawFd, purpose: IdentifyPurpose) -> Option<Result<Arc<dyn UserspaceFs>>> {
     match hipfs_fusefs::is_hipfs_fd(fd) {
         Ok(true) => {}
         _ => return None,
     }
-    Some(bind(fd))
+    Some(bind(fd, purpose))
 }
 
-fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
-    let payload = hipfs_fusefs::identify_fd(fd).map_err(|e| {
+fn bind(fd: RawFd, purpose: IdentifyPurpose) -> Result<Arc<dyn UserspaceFs>> {
+    let payload = hipfs_fusefs::identify_fd_for(fd, purpose).map_err(|e| {
         Error::new(
             OpError::IoNotSupported,
             format!("hipfs mount did not identify the file: {e}"),
@@ -504,7 +537,7 @@ fn bind(fd: RawFd) -> Result<Arc<dyn UserspaceFs>> {
     let renew_fd = mount_fd.clone();
     let renew = move || -> Option<[u8; 32]> {
         use std::os::fd::AsRawFd;
-        let payload = hipfs_fusefs::identify_fd(renew_fd.as_raw_fd()).ok()?;
+        let payload = hipfs_fusefs::identify_fd_for(renew_fd.as_raw_fd(), purpose).ok()?;
         FileIdentity::decode(&payload)?.capability
     };
     // Its own connection: the capability is the connection's credential,

@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use hipfs_fusefs::{
-    Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, Ino, Result, SetAttr, StatFs,
-    TimeOrNow, ROOT_INO,
+    Attr, Backend, Credentials, DirEntryPlus, Entry, Errno, IdentifyPurpose, Ino, Result, SetAttr,
+    StatFs, TimeOrNow, ROOT_INO,
 };
 
 use super::super::proto::{Op, Payload, WireCred, WireSetAttr, WireTime};
@@ -58,6 +58,19 @@ pub struct RemoteFs {
     /// Open handle → (caller pid, when its last read or write succeeded):
     /// see [`files::MID_STREAM_GAP`].
     streams: Mutex<HashMap<u64, (u32, Instant)>>,
+    /// Files handed to the direct path, by the kind of handle that asked.
+    direct: DirectCounters,
+}
+
+/// What the direct path did with this mount's files (`hipfs stats`).
+#[derive(Default)]
+struct DirectCounters {
+    /// Identify answers for OPAQUE_FD handles (binds and capability renewals).
+    opaque_fd: AtomicU64,
+    /// Identify answers for UserspaceFs handles (binds and renewals).
+    userspace_fs: AtomicU64,
+    /// Direct writes the library reported, whose cached pages were dropped.
+    invalidations: AtomicU64,
 }
 
 /// The attribute of a mount's root directory that answers with this
@@ -87,13 +100,16 @@ impl RemoteFs {
     /// This mount's counters, as `hipfs stats MOUNTPOINT` prints them.
     pub fn stats_text(&self) -> String {
         format!(
-            "hipfs mount of {}\n  {}\n  read through the mount: {} bytes\n  written through the mount: {} bytes\n  open files: {}, known inodes: {}\n",
+            "hipfs mount of {}\n  {}\n  read through the mount: {} bytes\n  written through the mount: {} bytes\n  open files: {}, known inodes: {}\n  direct path: {} opaque_fd handles, {} userspace_fs handles, {} direct writes invalidated\n",
             self.client.export_name(),
             self.client.counters_line(),
             self.bytes_read.load(Ordering::Relaxed),
             self.bytes_written.load(Ordering::Relaxed),
             self.files.read().unwrap_or_else(|p| p.into_inner()).len(),
             self.nodes.read().unwrap_or_else(|p| p.into_inner()).len(),
+            self.direct.opaque_fd.load(Ordering::Relaxed),
+            self.direct.userspace_fs.load(Ordering::Relaxed),
+            self.direct.invalidations.load(Ordering::Relaxed),
         )
     }
 
@@ -119,6 +135,7 @@ impl RemoteFs {
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
+            direct: DirectCounters::default(),
         }
     }
 
@@ -595,7 +612,19 @@ impl Backend for RemoteFs {
         })
     }
 
-    fn identify(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {
-        self.identify_payload(ino, fh)
+    fn identify(&self, ino: Ino, fh: u64, purpose: IdentifyPurpose) -> Option<Vec<u8>> {
+        let payload = self.identify_payload(ino, fh)?;
+        let counter = match purpose {
+            IdentifyPurpose::OpaqueFd => &self.direct.opaque_fd,
+            IdentifyPurpose::UserspaceFs => &self.direct.userspace_fs,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(payload)
+    }
+
+    fn written_elsewhere(&self, _ino: Ino) {
+        // Nothing of a file's data or attributes is cached here; the
+        // adapter drops the kernel's copy.
+        self.direct.invalidations.fetch_add(1, Ordering::Relaxed);
     }
 }

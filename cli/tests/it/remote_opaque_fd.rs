@@ -1,0 +1,244 @@
+//! OPAQUE_FD handles on a hipfs mount (what PyTorch, KvikIO and safetensors
+//! loaders register) take the direct path to the server, stay coherent with
+//! the mount both ways, and go through FUSE when the switch is off.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::remote_common::{lcg, pattern, Fixture};
+use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
+
+fn open_opaque(path: &Path, flags: i32) -> FileHandle {
+    let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::OpaqueFd);
+    fh.open().unwrap();
+    fh
+}
+
+/// A number the mount's `hipfs stats` text gives right before `what`.
+fn stat_before(text: &str, what: &str) -> u64 {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
+    text[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before {what:?} in {text}"))
+}
+
+/// A number the mount's `hipfs stats` text gives right after `what`.
+fn stat_after(text: &str, what: &str) -> u64 {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
+    text[at + what.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {what:?} in {text}"))
+}
+
+fn stats(fx: &Fixture) -> String {
+    hipfs_cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap()
+}
+
+fn read_all(fh: &FileHandle, len: usize, off: u64) -> Vec<u8> {
+    let mut mem = vec![0u8; len];
+    let mut buf = Buffer::from_slice(&mut mem, 0);
+    let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
+    drop(buf);
+    mem.truncate(n);
+    mem
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn opaque_fd_reads_at_random_offsets_go_to_the_server_and_match_the_export() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let size = (12 << 20) + 777;
+    let data = pattern(61, size);
+    fs::write(fx.e("data"), &data).unwrap();
+    let before = stats(&fx);
+    // O_DIRECT, as GdsFile and KvikIO open their files.
+    let fh = open_opaque(&fx.m("data"), libc::O_RDONLY | libc::O_DIRECT);
+    let mut mem = vec![0u8; 4 << 20];
+    let mut buf = Buffer::from_slice(&mut mem, 0);
+    let mut x = 7u64;
+    let mut moved = 0u64;
+    for i in 0..120 {
+        let len = if i % 10 == 0 {
+            4 << 20
+        } else {
+            (lcg(&mut x) % (2 << 20)) as usize + 1
+        };
+        let off = lcg(&mut x) % (size as u64 + 8192);
+        let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
+        let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
+        assert_eq!(n, want, "read {len} at {off}");
+        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
+        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
+        assert!(
+            got == &data[off as usize..off as usize + n],
+            "bytes of read {len} at {off}"
+        );
+        moved += n as u64;
+    }
+    assert!(moved > 40 << 20, "the reads moved {moved} bytes");
+    let after = stats(&fx);
+    // The mount handed the file to the direct path once, and not one of
+    // those bytes went through FUSE.
+    assert_eq!(
+        stat_before(&after, "opaque_fd handles") - stat_before(&before, "opaque_fd handles"),
+        1,
+        "{after}"
+    );
+    assert_eq!(
+        stat_after(&after, "read through the mount:"),
+        stat_after(&before, "read through the mount:"),
+        "{after}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_handle_opened_after_a_write_closed_through_the_mount_reads_the_new_bytes() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    fs::write(fx.e("f"), pattern(1, 1 << 20)).unwrap();
+    let fresh = pattern(2, (1 << 20) + 5000);
+    fs::write(fx.m("f"), &fresh).unwrap();
+    let fh = open_opaque(&fx.m("f"), libc::O_RDONLY);
+    assert!(read_all(&fh, 2 << 20, 0) == fresh);
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_direct_write_is_seen_at_once_by_readers_through_the_mount_with_its_new_size() {
+    require_fuse!();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let old = pattern(3, 256 << 10);
+    fs::write(fx.e("w"), &old).unwrap();
+    // Readers through the mount cache the old pages and size first.
+    let reader = fs::File::open(fx.m("w")).unwrap();
+    let mut seen = vec![0u8; old.len()];
+    reader.read_exact_at(&mut seen, 0).unwrap();
+    assert!(seen == old);
+    assert_eq!(fs::metadata(fx.m("w")).unwrap().len(), old.len() as u64);
+
+    let fh = open_opaque(&fx.m("w"), libc::O_RDWR);
+    let mut new = pattern(4, 64 << 10);
+    let buf = Buffer::from_slice(&mut new, 0);
+    // Overwrites the middle and, with a second write, extends the file.
+    assert_eq!(fh.write(&buf, 64 << 10, 100_000, 0).unwrap(), 64 << 10);
+    assert_eq!(fh.write(&buf, 64 << 10, 300_000, 0).unwrap(), 64 << 10);
+    drop(buf);
+    let mut expect = old.clone();
+    expect[100_000..100_000 + (64 << 10)].copy_from_slice(&new);
+    expect.resize(300_000, 0);
+    expect.extend_from_slice(&new);
+    assert!(fs::read(fx.e("w")).unwrap() == expect, "the server file");
+    assert_eq!(
+        fs::metadata(fx.m("w")).unwrap().len(),
+        expect.len() as u64,
+        "the mount's size"
+    );
+    let mut again = vec![0u8; expect.len()];
+    reader.read_exact_at(&mut again, 0).unwrap();
+    assert!(
+        again == expect,
+        "an open reader's next read through the mount"
+    );
+    assert!(fs::read(fx.m("w")).unwrap() == expect, "a new reader");
+    assert!(stat_before(&stats(&fx), "direct writes invalidated") >= 2);
+}
+
+/// Runs `child` (an ignored test below) in a fresh process with `env`:
+/// the switch is process-wide and read when the driver opens.
+fn run_child(child: &str, file: &Path, env: &[(&str, &str)]) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            child,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("HIPFS_CHILD_FILE", file)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{child}: {text}");
+    assert!(text.contains("1 passed"), "{child} did not run: {text}");
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn the_environment_variable_and_the_parameter_send_opaque_fd_handles_through_fuse() {
+    require_fuse!();
+    let fx = Fixture::new();
+    let data = pattern(9, 3 << 20);
+    // A file per round: the second must not find the first's cached pages.
+    for (round, (env, param)) in [(Some("0"), "0"), (None, "1")].into_iter().enumerate() {
+        let name = format!("off{round}");
+        fs::write(fx.e(&name), &data).unwrap();
+        let before = stats(&fx);
+        let mut vars = vec![("HIPFS_CHILD_SET_PARAM", param)];
+        if let Some(v) = env {
+            vars.push(("HIPFS_OPAQUE_FD_DIRECT", v));
+        }
+        run_child(
+            "remote_opaque_fd::child_reads_the_file_through_an_opaque_fd_handle",
+            &fx.m(&name),
+            &vars,
+        );
+        let after = stats(&fx);
+        assert_eq!(
+            stat_before(&after, "opaque_fd handles"),
+            stat_before(&before, "opaque_fd handles"),
+            "no direct binding: {after}"
+        );
+        assert!(
+            stat_after(&after, "read through the mount:")
+                >= stat_after(&before, "read through the mount:") + data.len() as u64,
+            "the bytes went through FUSE: {after}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by the_environment_variable_and_the_parameter_send_opaque_fd_handles_through_fuse in its own process"]
+fn child_reads_the_file_through_an_opaque_fd_handle() {
+    let file = std::env::var_os("HIPFS_CHILD_FILE").expect("HIPFS_CHILD_FILE");
+    if std::env::var("HIPFS_CHILD_SET_PARAM").as_deref() == Ok("1") {
+        hipfs::set_parameter_bool(hipfs::BoolParam::HipfsOpaqueFdDirect, false).unwrap();
+    }
+    let _d = Driver::open().unwrap();
+    let fh = open_opaque(Path::new(&file), libc::O_RDONLY);
+    let got = read_all(&fh, 4 << 20, 0);
+    assert!(got == pattern(9, 3 << 20));
+    let remote = hipfs::stats::snapshot().remote;
+    assert_eq!(remote.read_bytes, 0, "no byte came from the direct path");
+}
