@@ -334,6 +334,56 @@ pub(crate) fn register_buffer_with(
     unsafe { conn.register(span.addr as *mut u8, span.len) }
 }
 
+/// Registers device memory `span` (a driver registration or a device
+/// allocation, lent under the lent-memory contract) with a verbs connection
+/// through its dmabuf `export`; the caller keeps `export` with the region.
+pub(crate) fn register_device_dmabuf_with(
+    conn: &dyn hipfs_rdma::Connection,
+    export: &crate::gpu::DmabufExport,
+    span: LentSpan,
+) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
+    use std::os::fd::AsRawFd;
+    let at = crate::gpu::DevicePtr(span.addr as u64);
+    // SAFETY: `export.fd` is a dmabuf the caller keeps open as long as the
+    // region (both live in one DeviceRegion).
+    unsafe {
+        conn.register_dmabuf(
+            export.fd.as_raw_fd(),
+            export.offset_of(at),
+            span.len,
+            span.addr as u64,
+        )
+    }
+}
+
+/// Registers device memory `span` with a verbs connection by its device
+/// address (peer memory: nvidia-peermem, amdgpu peer-direct). Only for
+/// connections that never touch the bytes with the CPU (verbs: the NIC
+/// reads and writes them); the caller checks the transport.
+pub(crate) fn register_device_address_with(
+    conn: &dyn hipfs_rdma::Connection,
+    span: LentSpan,
+) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
+    debug_assert_eq!(conn.kind(), hipfs_rdma::TransportKind::Verbs);
+    // SAFETY: device memory lent under the lent-memory contract (a driver
+    // registration or an allocation the caller keeps registered in its
+    // cache); the verbs transport hands the address to the NIC only, which
+    // pins it through its peer-memory client or refuses.
+    unsafe { conn.register(span.addr as *mut u8, span.len) }
+}
+
+/// Copies device memory a read just placed (`span`, lent for that read)
+/// back to the host, to check it against its hash.
+pub(crate) fn copy_back_device(span: LentSpan, host: &mut [u8]) -> crate::error::Result<()> {
+    let n = span.len.min(host.len());
+    // SAFETY: `span` is device memory the caller lent for this read, not
+    // written by anyone else until it returns.
+    unsafe {
+        crate::gpu::runtime()
+            .copy_from_device(&mut host[..n], crate::gpu::DevicePtr(span.addr as u64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

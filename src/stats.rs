@@ -49,6 +49,61 @@ static COUNTERS: [Counter; 4] = [
 ];
 static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 
+/// What became of an attempt to register device memory with an RDMA NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceRegistration {
+    /// Registered as a dmabuf (`ibv_reg_dmabuf_mr`).
+    Dmabuf,
+    /// The runtime or the NIC refused the dmabuf way.
+    DmabufRefused,
+    /// Registered by its device address (peer memory).
+    PeerMemory,
+    /// The NIC refused the device address.
+    PeerMemoryRefused,
+    /// No way worked (or the transport is TCP): staged through host memory.
+    Staged,
+}
+
+static DEVICE_REGISTRATIONS: [AtomicU64; 5] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+
+/// Counts one outcome of a device memory registration.
+pub fn record_device_registration(what: DeviceRegistration) {
+    DEVICE_REGISTRATIONS[what as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Device memory registrations so far, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceRegistrations {
+    /// Registered as dmabufs.
+    pub dmabuf: u64,
+    /// dmabuf attempts refused.
+    pub dmabuf_refused: u64,
+    /// Registered through peer memory.
+    pub peer_memory: u64,
+    /// Peer-memory attempts refused.
+    pub peer_memory_refused: u64,
+    /// Staged through host memory instead.
+    pub staged: u64,
+}
+
+/// Reads the device registration counters.
+pub fn device_registrations() -> DeviceRegistrations {
+    let get = |w: DeviceRegistration| DEVICE_REGISTRATIONS[w as usize].load(Ordering::Relaxed);
+    DeviceRegistrations {
+        dmabuf: get(DeviceRegistration::Dmabuf),
+        dmabuf_refused: get(DeviceRegistration::DmabufRefused),
+        peer_memory: get(DeviceRegistration::PeerMemory),
+        peer_memory_refused: get(DeviceRegistration::PeerMemoryRefused),
+        staged: get(DeviceRegistration::Staged),
+    }
+}
+
 fn slot(path: IoPath) -> &'static Counter {
     &COUNTERS[path as usize]
 }
@@ -151,6 +206,12 @@ impl fmt::Display for Stats {
                 s.write_ops
             )?;
         }
-        write!(f, "fallbacks  {}", self.fallbacks)
+        writeln!(f, "fallbacks  {}", self.fallbacks)?;
+        let d = device_registrations();
+        write!(
+            f,
+            "device memory registrations: {} dmabuf, {} peer memory, {} staged (refused: {} dmabuf, {} peer memory)",
+            d.dmabuf, d.peer_memory, d.staged, d.dmabuf_refused, d.peer_memory_refused
+        )
     }
 }

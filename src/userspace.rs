@@ -103,6 +103,14 @@ pub trait UserspaceFs: Send + Sync {
     fn identify(&self) -> String {
         self.fs_type()
     }
+    /// Whether a read can place bytes straight into the device memory
+    /// `[addr, addr + len)` (RDMA into registered GPU memory): then `read`
+    /// gets a [`UserspaceMem::Rdma`] without a host alias; otherwise the
+    /// library stages device memory through pinned host buffers.
+    fn places_device(&self, addr: usize, len: usize) -> bool {
+        let _ = (addr, len);
+        false
+    }
     /// Reads up to `buf.len` bytes at `offset`; short only at end of file.
     fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
     /// Writes `buf.len` bytes at `offset`.

@@ -53,6 +53,7 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
         Ok(n) => out.push(finding("rdma", true, format!("{n} verbs device(s)"))),
         Err(e) => out.push(finding("rdma", false, e)),
     }
+    out.extend(check_rdma_memory());
     let fuse = Path::new("/dev/fuse");
     match std::fs::OpenOptions::new()
         .read(true)
@@ -67,6 +68,42 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
         )),
     }
     out.push(check_direct_io(dir));
+    out
+}
+
+/// Whether device memory can be exported as a dmabuf, and whether each RDMA
+/// device registers a dmabuf and a device address (peer memory), probed
+/// with real allocations.
+fn check_rdma_memory() -> Vec<Finding> {
+    let p = hipfs::gpu::probe_rdma_memory(hipfs::gpu::runtime());
+    let mut out = Vec::new();
+    match &p.device_export {
+        Some(Ok(name)) => out.push(finding(
+            "gpu dmabuf export",
+            true,
+            format!("device memory exports as a dmabuf ({name})"),
+        )),
+        Some(Err(e)) => out.push(finding("gpu dmabuf export", false, e.clone())),
+        None => {}
+    }
+    let verdict = |r: &Option<Result<(), String>>| match r {
+        None => "not tried".to_string(),
+        Some(Ok(())) => "accepted".to_string(),
+        Some(Err(e)) => format!("refused ({e})"),
+    };
+    for n in &p.nics {
+        let ok = matches!(n.dmabuf, Some(Ok(()))) || matches!(n.peer_memory, Some(Ok(())));
+        out.push(finding(
+            &format!("rdma {} gpu memory", n.device),
+            ok,
+            format!(
+                "dmabuf [{}]: {}; peer memory: {}",
+                p.dmabuf_source,
+                verdict(&n.dmabuf),
+                verdict(&n.peer_memory)
+            ),
+        ));
+    }
     out
 }
 

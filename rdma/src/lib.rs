@@ -57,7 +57,7 @@ use std::time::Duration;
 
 pub use descriptor::{DescriptorTransport, RemoteDescriptor};
 pub use error::{Error, Result};
-pub use mem::OwnedRegion;
+pub use mem::{probe_registrations, OwnedRegion};
 pub use ratelog::RateLimitedLog;
 pub use region::LocalRegion;
 
@@ -463,6 +463,17 @@ pub struct DeviceInfo {
     pub port_active: bool,
     /// `Ethernet` (RoCE) or `InfiniBand`.
     pub link_layer: String,
+}
+
+/// What one RDMA device said to the registrations device memory needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrationProbe {
+    /// Device name.
+    pub device: String,
+    /// `ibv_reg_dmabuf_mr` of the probe's dmabuf (`None`: not tried).
+    pub dmabuf: Option<std::result::Result<(), String>>,
+    /// `ibv_reg_mr` of the probe's device address (peer memory).
+    pub peer_memory: Option<std::result::Result<(), String>>,
 }
 
 /// The RDMA devices of this host. An empty list (not an error) when there

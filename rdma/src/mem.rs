@@ -180,3 +180,26 @@ impl RegisteredSpan {
         unsafe { rx.recv_raw(self.ptr, self.len) }
     }
 }
+
+/// Tries, on every RDMA device, to register `dmabuf` = (fd, offset, len,
+/// iova) and the range `peer` = (address, len), and drops the
+/// registrations again. Empty without devices or without verbs.
+///
+/// # Safety
+/// `dmabuf`'s fd must be a dmabuf and `peer` memory (host or device) that
+/// stays allocated for the call.
+pub unsafe fn probe_registrations(
+    dmabuf: Option<(std::os::fd::RawFd, u64, usize, u64)>,
+    peer: Option<(*mut u8, usize)>,
+) -> Vec<crate::RegistrationProbe> {
+    #[cfg(feature = "verbs")]
+    {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { crate::verbs::probe_registrations(dmabuf, peer) }
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (dmabuf, peer);
+        Vec::new()
+    }
+}

@@ -553,4 +553,77 @@ impl GpuRuntime for CudaRuntime {
             "cuStreamSynchronize",
         )
     }
+
+    // ---- RDMA registration of device memory (dmabuf export) ----
+
+    fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<super::DmabufExport> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        self.ensure_context()?;
+        let info = self
+            .pointer_info(ptr.0 as usize)
+            .filter(|i| i.kind == MemoryKind::Device)
+            .ok_or_else(|| {
+                Error::new(
+                    OpError::InvalidValue,
+                    format!("{:#x} is not CUDA device memory", ptr.0),
+                )
+            })?;
+        // The range must be host-page aligned and inside one allocation.
+        let (start, span) = super::page_span(ptr.0, len, 4096)
+            .filter(|&(s, l)| {
+                s >= info.base as u64 && s + l as u64 <= (info.base + info.size) as u64
+            })
+            .ok_or_else(|| {
+                Error::new(
+                    OpError::InvalidValue,
+                    format!(
+                        "{len} bytes at {:#x} do not fit whole pages of their allocation ({} bytes at {:#x})",
+                        ptr.0, info.size, info.base
+                    ),
+                )
+            })?;
+        let _g = self.bind(info.device.max(0))?;
+        let mut fd: i32 = -1;
+        check(
+            // SAFETY: `fd` is a local int the call writes the dmabuf fd into
+            // (the documented handle type for DMA_BUF_FD); the range lies
+            // inside one live allocation (checked above).
+            unsafe {
+                sys::cuMemGetHandleForAddressRange(
+                    (&mut fd as *mut i32).cast(),
+                    start,
+                    span,
+                    sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                    0,
+                )
+            },
+            "cuMemGetHandleForAddressRange(DMA_BUF_FD)",
+        )?;
+        if fd < 0 {
+            return Err(Error::new(
+                OpError::InternalError,
+                "cuMemGetHandleForAddressRange returned no fd",
+            ));
+        }
+        Ok(super::DmabufExport {
+            // SAFETY: the driver handed us this new fd; we own it from here.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            start: DevicePtr(start),
+            len: span,
+        })
+    }
+
+    fn allocation_id(&self, ptr: DevicePtr) -> Option<u64> {
+        self.ensure_context().ok()?;
+        let mut id: u64 = 0;
+        // SAFETY: BUFFER_ID writes one unsigned long long into `id`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut id as *mut u64).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                ptr.0,
+            )
+        };
+        (r == sys::CUresult::CUDA_SUCCESS && id != 0).then_some(id)
+    }
 }

@@ -263,6 +263,59 @@ pub trait GpuRuntime: Send + Sync {
     fn p2p_file_io(&self) -> Option<&dyn P2pFileIo> {
         None
     }
+
+    // ---- RDMA registration of device memory (dmabuf export) ----
+
+    /// Exports the device memory `[ptr, ptr + len)` as a dmabuf for an RDMA
+    /// NIC to register (`ibv_reg_dmabuf_mr`). CUDA:
+    /// `cuMemGetHandleForAddressRange(.., DMA_BUF_FD)`. The exported range
+    /// is widened to whole host pages; see [`DmabufExport`].
+    fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<DmabufExport> {
+        let _ = (ptr, len);
+        Err(Error::new(
+            OpError::IoNotSupported,
+            format!(
+                "the {} runtime cannot export device memory as a dmabuf",
+                self.name()
+            ),
+        ))
+    }
+
+    /// A number unique to the allocation holding `ptr` for the life of the
+    /// process (CUDA's buffer id), so a cached registration is never reused
+    /// for a new allocation at the same address. `None` when unknown.
+    fn allocation_id(&self, ptr: DevicePtr) -> Option<u64> {
+        let _ = ptr;
+        None
+    }
+}
+
+/// Device memory exported as a dmabuf: the fd (closed on drop), and where
+/// the asked-for address lies in it.
+#[derive(Debug)]
+pub struct DmabufExport {
+    /// The dmabuf.
+    pub fd: std::os::fd::OwnedFd,
+    /// Device address of the dmabuf's first byte (page aligned).
+    pub start: DevicePtr,
+    /// Bytes the dmabuf covers (whole pages).
+    pub len: usize,
+}
+
+impl DmabufExport {
+    /// The byte offset of `ptr` inside the dmabuf.
+    pub fn offset_of(&self, ptr: DevicePtr) -> u64 {
+        ptr.0 - self.start.0
+    }
+}
+
+/// `[ptr, ptr + len)` widened to whole pages of `page` bytes: (start, len).
+pub fn page_span(ptr: u64, len: usize, page: u64) -> Option<(u64, usize)> {
+    let start = ptr - ptr % page;
+    let end = ptr
+        .checked_add(len as u64)?
+        .checked_next_multiple_of(page)?;
+    usize::try_from(end - start).ok().map(|l| (start, l))
 }
 
 /// A runtime's file-to-device DMA without a host bounce.
@@ -1064,5 +1117,82 @@ pub fn validate_range(ptr: usize, len: usize) -> Result<PointerInfo> {
                 device: -1,
             })
         }
+    }
+}
+
+/// What `hipfs check` reports about registering device memory for RDMA.
+#[derive(Debug)]
+pub struct RdmaMemoryProbe {
+    /// A real device allocation exported as a dmabuf: the exporter's name
+    /// (e.g. `nv_dmabuf`) or why not; `None` without a GPU.
+    pub device_export: Option<std::result::Result<String, String>>,
+    /// The dmabuf the NIC probe registered: `device`, `udmabuf` (host
+    /// memory), or why there is none.
+    pub dmabuf_source: String,
+    /// Each RDMA device's answer to a dmabuf and a peer-memory registration.
+    pub nics: Vec<hipfs_rdma::RegistrationProbe>,
+}
+
+/// Probes with real allocations: exports 2 MiB of device memory as a
+/// dmabuf, then asks every RDMA device to register it (or, without a GPU,
+/// a host dmabuf from `/dev/udmabuf`) and the device address itself.
+pub fn probe_rdma_memory(rt: &dyn GpuRuntime) -> RdmaMemoryProbe {
+    const LEN: usize = 2 << 20;
+    let exporter = |fd: &std::os::fd::OwnedFd| {
+        use std::os::fd::AsRawFd;
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+            .unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("exp_name:"))
+            .map(|n| n.trim().to_string())
+            .unwrap_or_else(|| "dmabuf".into())
+    };
+    let alloc =
+        (rt.name() != "host" && rt.device_count() > 0).then(|| DeviceAllocation::new(rt, 0, LEN));
+    let (device_export, export) = match &alloc {
+        None => (None, None),
+        Some(Err(e)) => (
+            Some(Err(format!("cannot allocate device memory: {e}"))),
+            None,
+        ),
+        Some(Ok(a)) => match rt.export_dmabuf(a.device_ptr(), LEN) {
+            Ok(x) => (Some(Ok(exporter(&x.fd))), Some(x)),
+            Err(e) => (Some(Err(e.to_string())), None),
+        },
+    };
+    let host = if export.is_none() {
+        Some(hipfs_sys::mem::host_dmabuf(LEN))
+    } else {
+        None
+    };
+    let (dmabuf, dmabuf_source) = match (&export, &host) {
+        (Some(x), _) => {
+            use std::os::fd::AsRawFd;
+            (
+                Some((x.fd.as_raw_fd(), 0, LEN, x.start.0)),
+                "device".to_string(),
+            )
+        }
+        (None, Some(Ok(fd))) => {
+            use std::os::fd::AsRawFd;
+            (
+                Some((fd.as_raw_fd(), 0, LEN, 0)),
+                "udmabuf (host memory)".to_string(),
+            )
+        }
+        (None, Some(Err(e))) => (None, format!("none: no device dmabuf, /dev/udmabuf: {e}")),
+        (None, None) => (None, "none".to_string()),
+    };
+    let peer = match &alloc {
+        Some(Ok(a)) => Some((a.ptr() as *mut u8, LEN)),
+        _ => None,
+    };
+    // SAFETY: the dmabufs and the allocation live until this function
+    // returns, after the probe dropped its registrations.
+    let nics = unsafe { hipfs_rdma::probe_registrations(dmabuf, peer) };
+    RdmaMemoryProbe {
+        device_export,
+        dmabuf_source,
+        nics,
     }
 }

@@ -123,3 +123,52 @@ impl Drop for AnonMap {
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }
+
+/// A host dmabuf of `len` bytes (`/dev/udmabuf` over a sealed memfd), for
+/// probing whether an RDMA NIC registers dmabufs where no GPU exports one.
+/// `ENOENT` where the kernel has no udmabuf device.
+pub fn host_dmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    #[repr(C)]
+    struct UdmabufCreate {
+        memfd: u32,
+        flags: u32,
+        offset: u64,
+        size: u64,
+    }
+    // _IOW('u', 0x42, struct udmabuf_create): dir 1, size 24.
+    const UDMABUF_CREATE: u32 = (1 << 30) | (24 << 16) | ((b'u' as u32) << 8) | 0x42;
+    // SAFETY: a NUL-terminated name; the new fd is owned below.
+    let memfd = crate::cvt(unsafe {
+        libc::memfd_create(c"hipfs-dmabuf-probe".as_ptr(), libc::MFD_ALLOW_SEALING)
+    })?;
+    // SAFETY: memfd_create returned a new descriptor nobody else owns.
+    let memfd = unsafe { OwnedFd::from_raw_fd(memfd) };
+    let size =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: plain calls on our own descriptor.
+    crate::cvt(unsafe { libc::ftruncate(memfd.as_raw_fd(), size) })?;
+    // SAFETY: as above; udmabuf needs the memfd sealed against shrinking.
+    crate::cvt(unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) })?;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/udmabuf")?;
+    let arg = UdmabufCreate {
+        memfd: memfd.as_raw_fd() as u32,
+        flags: 0x01, // UDMABUF_FLAGS_CLOEXEC
+        offset: 0,
+        size: len as u64,
+    };
+    // SAFETY: the request's encoded size is that of `arg`, which the kernel
+    // only reads; it returns a new dmabuf fd.
+    let fd = crate::cvt(unsafe {
+        libc::ioctl(
+            dev.as_raw_fd(),
+            UDMABUF_CREATE as _,
+            &arg as *const UdmabufCreate,
+        )
+    })?;
+    // SAFETY: the ioctl returned a new descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}

@@ -21,6 +21,18 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     safe::device_infos()
 }
 
+/// See [`crate::probe_registrations`].
+///
+/// # Safety
+/// As there.
+pub unsafe fn probe_registrations(
+    dmabuf: Option<(std::os::fd::RawFd, u64, usize, u64)>,
+    peer: Option<(*mut u8, usize)>,
+) -> Vec<crate::RegistrationProbe> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { safe::probe_registrations(dmabuf, peer) }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

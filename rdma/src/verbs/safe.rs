@@ -434,3 +434,81 @@ pub(super) fn device_infos() -> Result<Vec<crate::DeviceInfo>> {
     unsafe { ibv_free_device_list(list) };
     Ok(out)
 }
+
+/// Tries, on every RDMA device, to register `dmabuf` (fd, offset, len,
+/// iova) and the address range `peer`; each result is `None` when not
+/// asked, else `Ok` or the refusal.
+///
+/// # Safety
+/// `dmabuf`'s fd must be a dmabuf and `peer` memory that stays valid for
+/// the call (the registrations are dropped before it returns).
+pub(super) unsafe fn probe_registrations(
+    dmabuf: Option<(RawFd, u64, usize, u64)>,
+    peer: Option<(*mut u8, usize)>,
+) -> Vec<crate::RegistrationProbe> {
+    let mut n = 0i32;
+    // SAFETY: n receives the count; the list is freed below.
+    let list = unsafe { ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        // SAFETY: list has n entries.
+        let dev = unsafe { *list.add(i) };
+        if dev.is_null() {
+            break;
+        }
+        // SAFETY: dev is a live entry of the list.
+        let name = unsafe {
+            let p = ibv_get_device_name(dev);
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        // SAFETY: dev live; the context is closed below, after the PD and
+        // every region (dropped inside the block) are gone.
+        let ctx = unsafe { ibv_open_device(dev) };
+        if ctx.is_null() {
+            let e = std::io::Error::last_os_error().to_string();
+            out.push(crate::RegistrationProbe {
+                device: name,
+                dmabuf: dmabuf.map(|_| Err(format!("ibv_open_device: {e}"))),
+                peer_memory: peer.map(|_| Err(format!("ibv_open_device: {e}"))),
+            });
+            continue;
+        }
+        {
+            let probe = match ProtectionDomain::new(ctx) {
+                Ok(pd) => crate::RegistrationProbe {
+                    device: name,
+                    dmabuf: dmabuf.map(|(fd, off, len, iova)| {
+                        // SAFETY: the caller's dmabuf; the region is dropped at once.
+                        unsafe { MemoryRegion::register_dmabuf(&pd, fd, off, len, iova) }
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }),
+                    peer_memory: peer.map(|(ptr, len)| {
+                        // SAFETY: the caller's memory; the region is dropped at once.
+                        unsafe { MemoryRegion::register(&pd, ptr, len, ACCESS_ALL) }
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }),
+                },
+                Err(e) => crate::RegistrationProbe {
+                    device: name,
+                    dmabuf: dmabuf.map(|_| Err(e.to_string())),
+                    peer_memory: peer.map(|_| Err(e.to_string())),
+                },
+            };
+            out.push(probe);
+        }
+        // SAFETY: opened above; nothing made on it is alive any more.
+        unsafe { ibv_close_device(ctx) };
+    }
+    // SAFETY: the list came from ibv_get_device_list.
+    unsafe { ibv_free_device_list(list) };
+    out
+}

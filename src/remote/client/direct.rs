@@ -24,7 +24,7 @@ use crate::error::{Error, OpError, Result};
 use crate::gpu::MemoryKind;
 use crate::lent;
 use crate::registry::{buffer_containing, RDMA_REGISTER};
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 
 /// What the mount tells a process about an open file (the identify ioctl's payload).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -292,6 +292,76 @@ impl RemoteFile {
         }
     }
 
+    /// Reads into device memory the server places bytes in by RDMA WRITE
+    /// (registered as a dmabuf or through peer memory, see `device_reg`):
+    /// no host copy. Pieces of up to MAX_IO, in order, on one deadline.
+    fn read_into_device(&self, addr: usize, len: usize, offset: u64) -> Result<usize> {
+        let deadline = std::time::Instant::now() + self.client.cfg.timeout;
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(MAX_IO);
+            let got = self
+                .client
+                .within(Some(deadline), false, false, || {
+                    self.read_device_piece(addr + done, n, offset + done as u64)
+                })
+                .map_err(|e| io_err(e, "read into device memory"))?;
+            done += got;
+            if got < n {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn read_device_piece(
+        &self,
+        addr: usize,
+        len: usize,
+        offset: u64,
+    ) -> std::result::Result<usize, i32> {
+        let mut keep: Vec<Arc<dyn std::any::Any + Send + Sync>> = Vec::new();
+        let p = self.client.call_with(
+            &self.cred,
+            |link| {
+                let fh = self.server_fh(link)?;
+                let (region, at, owner) =
+                    device_destination(link, addr, len).ok_or(libc::EOPNOTSUPP)?;
+                let desc = region.descriptor();
+                keep.push(owner);
+                Ok(Op::Read {
+                    fh,
+                    offset,
+                    len: len as u32,
+                    dest: Some(ReadDest {
+                        region: desc,
+                        offset: at,
+                    }),
+                })
+            },
+            |_, _| {},
+        );
+        drop(keep);
+        match p? {
+            // The server placed nothing (it could not reach the region):
+            // bytes came inline, which device memory cannot take here.
+            Payload::Read { n, data } if data.is_empty() => Ok((n as usize).min(len)),
+            Payload::Placed { n, digest } => {
+                let n = n as usize;
+                if n > len {
+                    return Err(libc::EIO);
+                }
+                // Checking the hash needs the bytes on the host: copy back.
+                let mut host = vec![0u8; n];
+                lent::copy_back_device(lent::LentSpan::of_request(addr, n), &mut host)
+                    .map_err(|_| libc::EIO)?;
+                self.client.check_placed(&host, &digest)?;
+                Ok(n)
+            }
+            _ => Err(libc::EIO),
+        }
+    }
+
     fn write_piece(&self, data: &[u8], offset: u64) -> std::result::Result<usize, i32> {
         let p = self.client.call_with(
             &self.cred,
@@ -355,6 +425,36 @@ fn destination(
     Ok((region, 0))
 }
 
+/// Where the server places a read into device memory `[addr, addr + len)`
+/// on `link`: a driver registration of the buffer, else the allocation's
+/// cached registration; with what keeps the registration alive for the
+/// request. `None`: not registrable here (the caller stages).
+fn device_destination(
+    link: &Arc<Link>,
+    addr: usize,
+    len: usize,
+) -> Option<(
+    Arc<hipfs_rdma::LocalRegion>,
+    u64,
+    Arc<dyn std::any::Any + Send + Sync>,
+)> {
+    if link.conn.kind() != TransportKind::Verbs {
+        return None;
+    }
+    if let Some(b) = buffer_containing(addr, len).filter(|b| b.info.kind == MemoryKind::Device) {
+        if let Ok(region) = link.buffer_region(&b) {
+            let _ = b.rdma_desc.set(region.descriptor().to_desc_string());
+            let at = (addr - b.base) as u64;
+            return Some((region.clone(), at, region));
+        }
+        return None;
+    }
+    let (dev, at) = link
+        .device_allocs
+        .region_for(&*link.conn, crate::gpu::runtime(), addr, len)?;
+    Some((dev.region.clone(), at, dev))
+}
+
 /// Bytes per read request. Placed reads may be larger (up to
 /// MAX_PLACED_READ, for verbs, where one RDMA WRITE of several MiB is
 /// cheap); over TCP on loopback 1 MiB pieces, four in flight, measured best
@@ -396,7 +496,23 @@ impl UserspaceFs for RemoteFile {
         )
     }
 
+    fn places_device(&self, addr: usize, len: usize) -> bool {
+        let Some(link) = self.client.current() else {
+            return false;
+        };
+        link.conn.kind() == TransportKind::Verbs && device_destination(&link, addr, len).is_some()
+    }
+
     fn read(&self, mut buf: UserspaceBuf, offset: u64) -> Result<usize> {
+        if let UserspaceMem::Rdma {
+            addr,
+            len,
+            host_ptr: None,
+            ..
+        } = *buf.mem()
+        {
+            return self.read_into_device(addr as usize, len, offset);
+        }
         let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
         let lens: Vec<usize> = mem.chunks(READ_PIECE).map(<[u8]>::len).collect();
         let at = |i: usize| offset + (i * READ_PIECE) as u64;

@@ -45,6 +45,8 @@ impl RecvBuf {
 pub(crate) struct BufferRegion {
     link: Weak<Link>,
     region: Arc<LocalRegion>,
+    /// For device memory: the registration's dmabuf, kept with it.
+    _device: Option<super::device_reg::DeviceRegion>,
 }
 
 /// Most receive buffers kept per link.
@@ -57,6 +59,8 @@ pub(crate) struct Link {
     pending: Mutex<HashMap<u64, SyncSender<Reply>>>,
     dead: AtomicBool,
     recv_bufs: Mutex<Vec<RecvBuf>>,
+    /// Device allocations read into without a driver registration.
+    pub(crate) device_allocs: super::device_reg::AllocationCache,
     seal: Sealer,
     open: Opener,
 }
@@ -184,6 +188,7 @@ impl Link {
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
             recv_bufs: Mutex::new(Vec::new()),
+            device_allocs: Default::default(),
             seal,
             open,
         });
@@ -305,15 +310,6 @@ impl Link {
         self: &Arc<Self>,
         buf: &RegisteredBuffer,
     ) -> Result<Arc<LocalRegion>, RemoteError> {
-        if buf.info.kind == MemoryKind::Device {
-            // Device memory needs the dmabuf or peer-memory registration,
-            // which needs the GPU runtime; the TCP transport would write
-            // through a pointer the CPU cannot use.
-            return Err(RemoteError::Io(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "device memory cannot be registered with the hipfs client yet",
-            )));
-        }
         let mut keep = buf.rdma_keepalive.lock().unwrap_or_else(|p| p.into_inner());
         keep.retain(|k| {
             (**k)
@@ -328,13 +324,35 @@ impl Link {
             return Ok(r.region.clone());
         }
         // Kept in the registration's keepalive, dropped with it.
-        let region = crate::lent::register_buffer_with(
-            &*self.conn,
-            crate::lent::LentSpan::of_registration(buf.base, buf.len),
-        )?;
+        let (region, device) = if buf.info.kind == MemoryKind::Device {
+            // dmabuf, else peer memory, else refused (the caller stages).
+            let d = super::device_reg::register_device(
+                &*self.conn,
+                crate::gpu::runtime(),
+                buf.base,
+                buf.len,
+            )
+            .ok_or_else(|| {
+                RemoteError::Io(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    format!(
+                        "device memory cannot be registered with this {} connection",
+                        self.conn.kind()
+                    ),
+                ))
+            })?;
+            (d.region.clone(), Some(d))
+        } else {
+            let r = crate::lent::register_buffer_with(
+                &*self.conn,
+                crate::lent::LentSpan::of_registration(buf.base, buf.len),
+            )?;
+            (r, None)
+        };
         keep.push(Box::new(BufferRegion {
             link: Arc::downgrade(self),
             region: region.clone(),
+            _device: device,
         }));
         Ok(region)
     }

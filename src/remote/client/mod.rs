@@ -23,6 +23,7 @@
 //! files are reopened by path on the new connection (see [`backend`]).
 
 pub mod backend;
+mod device_reg;
 pub mod direct;
 mod link;
 
@@ -732,13 +733,6 @@ pub fn live_shared_clients() -> Vec<Arc<RemoteClient>> {
 /// `UserspaceBuf::Rdma` carry the transport's own descriptor. Clients that
 /// connect later register the buffer on first use (see [`direct`]).
 pub fn on_rdma_register(buf: &RegisteredBuffer) {
-    if buf.info.kind == crate::gpu::MemoryKind::Device {
-        log::debug!(
-            "buffer {:#x}: device memory is not registered with hipfs clients",
-            buf.base
-        );
-        return;
-    }
     let mut clients = live_shared_clients();
     clients.extend(direct_clients());
     for c in clients {
