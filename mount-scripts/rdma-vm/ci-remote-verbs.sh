@@ -38,6 +38,13 @@ if [ "${1:-}" = "--guest-cli" ]; then
   echo "through the mount" > "$M/g" && [ "$(cat "$D/g")" = "through the mount" ] || { echo "write through the verbs mount lost"; exit 1; }
   echo "cli: a write through the mount reached the export"
   "$BIN" umount "$M"
+  # The device-memory registration probe on rxe0: a dmabuf (udmabuf of
+  # host memory where the guest has /dev/udmabuf) is offered to the NIC.
+  "$BIN" check "$D" > "$D.check" 2>&1 || true
+  grep -E "^rdma|dmabuf|udmabuf" "$D.check" || true
+  grep -q "^rdma rxe0 gpu memory .*dmabuf \[" "$D.check" ||
+    { echo "hipfs check printed no dmabuf registration probe for rxe0:"; cat "$D.check"; exit 1; }
+  echo "cli: hipfs check probed rxe0 for dmabuf registration"
   exit 0
 fi
 
