@@ -50,12 +50,18 @@ cleanup() {
     # crossing into a mount that is still there.
     awk -v r="$ROOT/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r |
         xargs -r -n1 umount -l 2>/dev/null || true
+    while awk -v r="$ROOT" '$2 == r {f=1} END {exit !f}' /proc/mounts; do umount -l "$ROOT" || break; done
     [ "$keep" = 1 ] || rm -rf --one-file-system "$ROOT"
 }
 trap cleanup EXIT
 cleanup
 mkdir -p "$ROOT"
 tar -C "$ROOT" -xf "$TARBALL"
+# The root is a mount point, as / is on a real machine: fusermount3's
+# auto_unmount watcher makes its mounts private with mount(MS_PRIVATE) on
+# "/", which fails with EINVAL where "/" is a plain directory of a chroot
+# (seen: mounts outlived their killed daemons).
+mount --bind "$ROOT" "$ROOT"
 echo "== fresh root: $(. "$ROOT/etc/os-release"; echo "$PRETTY_NAME"), $(chroot "$ROOT" dpkg-query -W | wc -l) packages"
 mkdir -p "$ROOT/opt/rustup" "$ROOT/opt/cargo-bin"
 mount --bind "$RUSTUP_HOME" "$ROOT/opt/rustup" && mount -o remount,bind,ro "$ROOT/opt/rustup"
