@@ -465,6 +465,18 @@ const READ_PIECE: usize = MAX_IO;
 /// and one per lane of the client's connection when it has more.
 const PARALLEL: usize = 4;
 
+/// `HIPFS_REMOTE_INFLIGHT`: pieces one call keeps in flight (1..=256),
+/// for measuring; read once.
+fn inflight_override() -> Option<usize> {
+    static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("HIPFS_REMOTE_INFLIGHT")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| (1..=256).contains(n))
+    })
+}
+
 fn no_host_alias() -> Error {
     Error::new(
         OpError::IoNotSupported,
@@ -475,7 +487,7 @@ fn no_host_alias() -> Error {
 impl RemoteFile {
     /// Pieces in flight for one call.
     fn parallel(&self) -> usize {
-        self.client.cfg.lanes.max(PARALLEL)
+        inflight_override().unwrap_or_else(|| self.client.cfg.lanes.max(PARALLEL))
     }
 }
 
