@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Compiles src/gpu/kernels/copy_server.cu to PTX with NVRTC (no GPU needed).
 
-    python3 -m pip install --target /tmp/nvrtc nvidia-cuda-nvrtc-cu12
+    python3 -m pip install --target /tmp/nvrtc "nvidia-cuda-nvrtc-cu12==12.0.*"
     NVRTC_LIB=/tmp/nvrtc/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 \
         python3 scripts/gpu/gen-copy-server-ptx.py
 
-The PTX targets compute_70 (the oldest GPU with system-scope acquire and
-release), which the driver JIT-compiles for any newer GPU.
+NVRTC 12.0 writes PTX ISA 8.0, which every driver from CUDA 12.0 (R525) on
+loads; a newer NVRTC raises the ISA version and so the driver needed. The
+PTX targets compute_70 (the oldest GPU with system-scope acquire and
+release), which the driver JIT-compiles for any newer GPU. Where the module
+does not load, async I/O logs it once and falls back (src/stream.rs).
 """
 import ctypes
 import os

@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 /// GPU machine, or HIPFS_REQUIRE_GPU=1) the real runtime runs everything,
 /// streams included, and the device-memory tests run too.
 ///
-/// On a GPU the returned guard serialises the tests: like NCCL's, pending
-/// stream-ordered I/O must not meet a device-wide synchronisation (the
-/// `cuMemFree` of another test) while its worker makes GPU calls, and some
-/// tests deliberately hold a stream with a host function.
+/// On a GPU the returned guard serialises the tests: some deliberately hold
+/// a stream with a host function, which a device-wide synchronisation (the
+/// `cuMemFree` of another test) would wait for.
 fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     static ONCE: Once = Once::new();
     static GPU_SERIAL: Mutex<()> = Mutex::new(());
