@@ -541,12 +541,12 @@ impl Channels {
             }
         }
         // The active configuration shapes the channel: lanes as the I/O
-        // threads (at most 4), slots as the chunk (64 KiB to 1 MiB).
+        // threads (at most 8), slots as the chunk (64 KiB to 1 MiB).
         let (threads, chunk) = crate::registry::io_context(0)
             .map_or((4, 1 << 20), |(c, _)| (c.io_threads(), c.chunk_bytes()));
         // Pinned allocation can wait for the device: outside the lock.
         let made = CopyChannel::leak(
-            threads.clamp(1, 4),
+            threads.clamp(1, 8),
             CHANNEL_DEPTH,
             chunk.clamp(64 << 10, 1 << 20),
         );
@@ -722,7 +722,9 @@ fn device_transfer<S: ArgSlots>(
     }
     let (config, _) = crate::registry::io_context(op.base)?;
     let n = size.div_ceil(payload);
-    let nl = lanes.len();
+    // Lanes beyond the chunks would idle: each one used costs a thread.
+    let nl = lanes.len().min(n);
+    let lanes = &mut lanes[..nl];
     let results: Vec<Mutex<Option<Result<usize>>>> = (0..n).map(|_| Mutex::new(None)).collect();
     let stop = AtomicBool::new(false);
     let mem = op.base + boff;
@@ -810,7 +812,7 @@ fn device_transfer<S: ArgSlots>(
                 }
                 Ok(())
             };
-            scope.spawn(move || {
+            let run = move || {
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
                     .unwrap_or_else(|_| {
                         Err(Error::new(
@@ -825,7 +827,12 @@ fn device_transfer<S: ArgSlots>(
                         .unwrap_or_else(|p| p.into_inner())
                         .get_or_insert(e);
                 }
-            });
+            };
+            if nl == 1 {
+                run();
+            } else {
+                scope.spawn(run);
+            }
         }
     });
     if let Some(e) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
