@@ -25,7 +25,7 @@
 //! submission, in the caller's thread:
 //! - Device memory: a host function that starts a worker thread, then a
 //!   copy-server kernel (`gpu/kernels/copy_server.cu`). Each stream has a
-//!   [`CopyChannel`] of pinned, device-mapped slots; the worker reads the
+//!   `gpu::CopyChannel` of pinned, device-mapped slots; the worker reads the
 //!   size and offsets when the stream gets there, moves file bytes through
 //!   the slots with plain host I/O and posts one descriptor per slot (copy
 //!   `n` bytes slot → device, or device → slot for a write, whose worker
