@@ -18,25 +18,44 @@
 //!
 //! On the `host` runtime, streams are emulated by one FIFO thread per
 //! stream value, so any value works as a stream. On CUDA it must be a real
-//! stream: a host function hands the I/O to a worker thread and the stream
-//! then waits on the device for a completion word the worker sets
-//! (`cuStreamWaitValue32`), so no host function holds the stream while the
-//! I/O makes GPU calls. Runtimes without that wait (HIP for now) hold the
-//! stream in the host function while a helper thread does the I/O.
-//! Known hazard (GPU), as with NCCL: do not free device memory (`cudaFree`,
-//! which waits for the whole device) in another thread while a
-//! stream-ordered operation into or out of device memory is pending: the
-//! stream waits for the worker, and the worker's copy calls, by what was
-//! seen, wait for the free to finish. Seen hanging on an H200; reproduced by the
-//! ignored test `async_reads_complete_while_another_thread_frees_device_memory`.
-//! Synchronise the stream (or use `cudaFreeAsync` on it) before freeing.
+//! stream, and no thread of ours that does the I/O makes a GPU runtime
+//! call: such a call can wait behind another thread's `cudaFree`, which
+//! waits for the whole device, i.e. for the stream, i.e. for the I/O (a
+//! deadlock seen on an H200). Everything GPU-side is enqueued at
+//! submission, in the caller's thread:
+//! - Device memory: a host function that starts a worker thread, then a
+//!   copy-server kernel (`gpu/kernels/copy_server.cu`). Each stream has a
+//!   `gpu::CopyChannel` of pinned, device-mapped slots; the worker reads the
+//!   size and offsets when the stream gets there, moves file bytes through
+//!   the slots with plain host I/O and posts one descriptor per slot (copy
+//!   `n` bytes slot → device, or device → slot for a write, whose worker
+//!   then waits for the kernel's completion word before writing the file).
+//!   The kernel polls the descriptors and leaves when the worker posts the
+//!   end, after the result is written. No bound on the size is needed at
+//!   submission; a range past the buffer (the safe wrapper's length, the
+//!   registered length, else the allocation holding the pointer, all known
+//!   at submission) fails the operation with `-InvalidValue`.
+//! - Host memory: a host function that starts the worker, then a wait on
+//!   the device (`cuStreamWaitValue32`) for the completion word the worker
+//!   stores; the memory's kind is classified at submission, so the worker
+//!   makes no pointer query.
+//!
+//! Fallbacks, which keep the old hazard (do not free device memory in
+//! another thread while such an operation is pending): where the runtime
+//! has no copy server (HIP; a driver without the kernel's calls) device
+//! memory goes through the worker's staged copies behind the completion
+//! word; without stream waits a host function holds the stream while a
+//! helper thread does the I/O.
 
 use crate::batch::error_value;
 use crate::buffer::Buffer;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{ForeignStream, PinnedWord, PinnedWords, StreamId};
+use crate::gpu::{
+    ChannelLane, CopyChannel, ForeignStream, MemoryKind, PinnedWord, PinnedWords, StreamId,
+};
 use crate::handle::{FileHandle, RegisteredFile};
 use crate::io::Dir;
+use crate::io::{MemTarget, Span};
 use crate::lent::CallerSlots;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicU32, AtomicUsize, Ordering};
@@ -65,6 +84,7 @@ pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
     }
     if crate::gpu::runtime().name() != "host" {
         Completions::ensure_word(stream)?;
+        Channels::ensure(stream);
     }
     crate::registry::insert_stream(stream, flags);
     Ok(())
@@ -74,6 +94,7 @@ pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
 /// Operations already enqueued on it still run.
 pub fn stream_deregister(stream: usize) -> Result<()> {
     if crate::registry::remove_stream(stream) {
+        Channels::release(stream);
         Ok(())
     } else {
         Err(Error::new(
@@ -206,15 +227,24 @@ struct StreamOp<S: ArgSlots> {
     file_offset: Option<i64>,
     buffer_offset: Option<i64>,
     slots: S,
+    /// The memory's kind, classified at submission on a GPU runtime (so
+    /// the worker makes no pointer query); `None` on the host runtime.
+    kind: Option<MemoryKind>,
 }
 
 impl<S: ArgSlots> StreamOp<S> {
-    fn execute(&self) -> Result<usize> {
+    /// Size, file offset and buffer offset: the fixed ones, else read now.
+    fn args(&self) -> (usize, i64, i64) {
         let size = self.size.unwrap_or_else(|| self.slots.size());
         let foff = self.file_offset.unwrap_or_else(|| self.slots.file_offset());
         let boff = self
             .buffer_offset
             .unwrap_or_else(|| self.slots.buffer_offset());
+        (size, foff, boff)
+    }
+
+    fn execute(&self) -> Result<usize> {
+        let (size, foff, boff) = self.args();
         if let Some(len) = self.buf_len {
             let end = usize::try_from(boff).ok().and_then(|b| b.checked_add(size));
             if end.is_none_or(|e| e > len) {
@@ -223,7 +253,20 @@ impl<S: ArgSlots> StreamOp<S> {
                 )));
             }
         }
-        crate::handle::transfer_vouched(self.dir, &self.file, self.base, size, foff, boff)
+        let Some(kind) = self.kind else {
+            return crate::handle::transfer_vouched(
+                self.dir, &self.file, self.base, size, foff, boff,
+            );
+        };
+        let (config, mut target) = crate::registry::io_context(self.base)?;
+        target.kind = target.kind.or(Some(kind));
+        let span = Span {
+            base: self.base,
+            size,
+            file_offset: foff,
+            buffer_offset: boff,
+        };
+        crate::io::transfer(self.dir, &self.file.backend, &target, span, &config)
     }
 
     /// Bytes moved or the negative error, never a panic.
@@ -442,6 +485,8 @@ fn enqueue<S: ArgSlots>(
     if buffer_offset.is_some_and(|o| o < 0) {
         return Err(invalid("fixed buffer offset is negative"));
     }
+    let host = crate::gpu::runtime().name() == "host";
+    let info = (!host).then(|| crate::gpu::classify(base));
     let op = StreamOp {
         dir,
         file,
@@ -451,12 +496,363 @@ fn enqueue<S: ArgSlots>(
         file_offset,
         buffer_offset,
         slots,
+        kind: info.map(|i| i.kind),
     };
-    if crate::gpu::runtime().name() == "host" {
-        stream.launch_host_func(Box::new(move || op.run_holding_stream()))
-    } else {
-        enqueue_gpu(stream, op)
+    match info {
+        None => stream.launch_host_func(Box::new(move || op.run_holding_stream())),
+        Some(info) if info.kind == MemoryKind::Device => enqueue_device(stream, op, info),
+        Some(_) => enqueue_gpu(stream, op),
     }
+}
+
+// ---------------------------------------------------------------- device memory
+
+/// Each GPU stream's copy channel (see the module doc); channels of
+/// deregistered streams wait in `idle` for a stream registered later.
+#[derive(Default)]
+struct Channels {
+    by_stream: HashMap<usize, &'static CopyChannel>,
+    idle: Vec<&'static CopyChannel>,
+    /// Whether making one failed (then every stream falls back).
+    unavailable: bool,
+}
+
+static CHANNELS: LazyLock<Mutex<Channels>> = LazyLock::new(Default::default);
+
+/// Slots per lane: one filled by the CPU while the GPU copies the other.
+const CHANNEL_DEPTH: usize = 2;
+
+impl Channels {
+    fn lock() -> MutexGuard<'static, Channels> {
+        CHANNELS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives `stream` a channel (at registration, in the caller's thread);
+    /// where none can be made, its device I/O falls back (logged once).
+    fn ensure(stream: usize) {
+        {
+            let mut c = Channels::lock();
+            if c.unavailable || c.by_stream.contains_key(&stream) {
+                return;
+            }
+            if let Some(ch) = c.idle.pop() {
+                c.by_stream.insert(stream, ch);
+                return;
+            }
+        }
+        // The active configuration shapes the channel: lanes as the I/O
+        // threads (at most 8), slots as the chunk (64 KiB to 1 MiB).
+        let (threads, chunk) = crate::registry::io_context(0)
+            .map_or((4, 1 << 20), |(c, _)| (c.io_threads(), c.chunk_bytes()));
+        // Pinned allocation can wait for the device: outside the lock.
+        let made = CopyChannel::leak(
+            threads.clamp(1, 8),
+            CHANNEL_DEPTH,
+            chunk.clamp(64 << 10, 1 << 20),
+        );
+        let mut c = Channels::lock();
+        match made {
+            Ok(ch) => {
+                // Another registration of the stream may have won meanwhile.
+                if let Some(spare) = c.by_stream.insert(stream, ch) {
+                    c.idle.push(spare);
+                }
+            }
+            Err(e) => {
+                if !c.unavailable {
+                    log::info!(
+                        "async I/O: no copy channel ({e}); device memory is copied by the worker \
+                         (do not free device memory while such I/O is pending)"
+                    );
+                }
+                c.unavailable = true;
+            }
+        }
+    }
+
+    /// Puts `stream`'s channel aside for reuse. Its operations still
+    /// pending keep using it: a later one waits for their lease.
+    fn release(stream: usize) {
+        let mut c = Channels::lock();
+        if let Some(ch) = c.by_stream.remove(&stream) {
+            c.idle.push(ch);
+        }
+    }
+}
+
+/// Generation of the next device operation: tags its kernel's slots (the
+/// channel's slots keep the tags of earlier operations).
+static NEXT_GEN: AtomicU32 = AtomicU32::new(1);
+
+/// A device operation between submission and its worker.
+struct DeviceJob<S: ArgSlots> {
+    op: Mutex<Option<StreamOp<S>>>,
+    channel: &'static CopyChannel,
+    gen: u32,
+    /// Bytes from `base` the operation may touch (buffer, registration or
+    /// allocation), known at submission.
+    limit: usize,
+    /// Set when the kernel could not be enqueued: the worker must not wait for it.
+    abandoned: AtomicBool,
+}
+
+/// Enqueues a device-memory operation: the worker's host function and the
+/// copy kernel, both from this (the caller's) thread. Falls back to
+/// [`enqueue_gpu`] where the stream has no channel or the kernel does not
+/// load.
+fn enqueue_device<S: ArgSlots>(
+    stream: ForeignStream,
+    op: StreamOp<S>,
+    info: crate::gpu::PointerInfo,
+) -> Result<()> {
+    let rt = crate::gpu::runtime();
+    let channel = Channels::lock().by_stream.get(&stream.key()).copied();
+    let Some(channel) = channel.filter(|_| rt.copy_server_ready(info.device.max(0))) else {
+        return enqueue_gpu(stream, op);
+    };
+    let alloc_left = (info.base.saturating_add(info.size)).saturating_sub(op.base);
+    let registered = crate::registry::io_context(op.base)
+        .ok()
+        .and_then(|(_, t)| t.registered_len);
+    let limit = op
+        .buf_len
+        .or(registered)
+        .unwrap_or(alloc_left)
+        .min(alloc_left);
+    // Held across both enqueues: on one stream, the host function and the
+    // kernel of one operation must not be split by another operation's
+    // (its worker would hold the channel that the earlier kernel needs).
+    let _order = Completions::lock();
+    let gen = NEXT_GEN.fetch_add(1, Ordering::Relaxed);
+    let job = Arc::new(DeviceJob {
+        op: Mutex::new(Some(op)),
+        channel,
+        gen,
+        limit,
+        abandoned: AtomicBool::new(false),
+    });
+    let start = {
+        let job = Arc::clone(&job);
+        move || start_device_worker(job)
+    };
+    stream.launch_host_func(Box::new(start))?;
+    if let Err(e) = channel.launch(stream, info.device.max(0), gen) {
+        job.abandoned.store(true, Ordering::Release);
+        return Err(e.with_context("the async operation fails: its copy kernel was not enqueued"));
+    }
+    Ok(())
+}
+
+/// The host function: starts the worker and returns at once (no GPU calls).
+fn start_device_worker<S: ArgSlots>(job: Arc<DeviceJob<S>>) {
+    let worker = Arc::clone(&job);
+    let spawned = std::thread::Builder::new()
+        .name("hipfs-async-io".into())
+        .spawn(move || run_device_job(&worker, true));
+    if let Err(e) = spawned {
+        log::warn!("async I/O: cannot start a worker thread: {e}");
+        // Still end the kernel, or the stream never moves on.
+        run_device_job(&job, false);
+    }
+}
+
+/// Does the operation (unless `io` is false: then it fails), writes its
+/// result, then ends the kernel.
+fn run_device_job<S: ArgSlots>(job: &DeviceJob<S>, io: bool) {
+    let abort = || job.abandoned.load(Ordering::Acquire);
+    let Some(op) = job.op.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        return;
+    };
+    let Some(mut lease) = job.channel.lease(job.gen, &abort) else {
+        op.slots.finish(INTERNAL);
+        return;
+    };
+    let v = if io {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            device_transfer(
+                &op,
+                job.limit,
+                job.channel.payload(),
+                &mut lease.lanes,
+                &abort,
+            )
+        }))
+        .unwrap_or_else(|_| Err(Error::new(OpError::InternalError, "async I/O panicked")));
+        match r {
+            Ok(n) => n as isize,
+            Err(e) => {
+                log::debug!("async {:?} on stream failed: {e}", op.dir);
+                error_value(&e)
+            }
+        }
+    } else {
+        INTERNAL
+    };
+    // The result is in place before the kernel, and so the stream, moves on.
+    op.slots.finish(v);
+    for lane in &mut lease.lanes {
+        if let Err(e) = lane.end(&abort) {
+            log::debug!("async I/O: ending the copy kernel: {e}");
+        }
+    }
+}
+
+/// Moves the operation's bytes through the lanes: chunk `c` of the range
+/// goes through lane `c % lanes`, each lane on its own thread.
+fn device_transfer<S: ArgSlots>(
+    op: &StreamOp<S>,
+    limit: usize,
+    payload: usize,
+    lanes: &mut [ChannelLane],
+    abort: &(dyn Fn() -> bool + Sync),
+) -> Result<usize> {
+    let (size, foff, boff) = op.args();
+    let foff = u64::try_from(foff).map_err(|_| invalid("file offset is negative"))?;
+    let boff = usize::try_from(boff).map_err(|_| invalid("buffer offset is negative"))?;
+    if boff.checked_add(size).is_none_or(|end| end > limit) {
+        return Err(invalid(format!(
+            "{size} bytes at buffer offset {boff} do not fit the {limit}-byte buffer"
+        )));
+    }
+    foff.checked_add(size as u64)
+        .filter(|end| *end <= i64::MAX as u64)
+        .ok_or_else(|| invalid("file offset + size overflows"))?;
+    if size == 0 {
+        return Ok(0);
+    }
+    let (config, _) = crate::registry::io_context(op.base)?;
+    let n = size.div_ceil(payload);
+    // Lanes beyond the chunks would idle: each one used costs a thread.
+    let nl = lanes.len().min(n);
+    let lanes = &mut lanes[..nl];
+    let results: Vec<Mutex<Option<Result<usize>>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let stop = AtomicBool::new(false);
+    let mem = op.base + boff;
+    // Validated above against what the submission knew of the buffer.
+    let lent = crate::lent::LentSpan::of_request(mem, size);
+    let device_range = |off: usize, len: usize| {
+        lent.device_range(off, len)
+            .ok_or_else(|| Error::new(OpError::InternalError, "a chunk past the request"))
+    };
+    let file_io = |dir: Dir, host: usize, len: usize, off: u64| -> Result<usize> {
+        let target = MemTarget {
+            kind: Some(MemoryKind::PinnedHost),
+            ..MemTarget::unregistered()
+        };
+        let span = Span {
+            base: host,
+            size: len,
+            file_offset: off as i64,
+            buffer_offset: 0,
+        };
+        crate::io::transfer(dir, &op.file.backend, &target, span, &config)
+    };
+    let put = |c: usize, r: Result<usize>, len: usize| {
+        if !matches!(r, Ok(got) if got == len) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        *results[c].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    };
+    let piece = |c: usize| {
+        let off = c * payload;
+        (off, payload.min(size - off))
+    };
+    let fatal: Mutex<Option<Error>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for (b, lane) in lanes.iter_mut().enumerate() {
+            let (file_io, put, piece, stop, fatal) = (&file_io, &put, &piece, &stop, &fatal);
+            let device_range = &device_range;
+            let dir = op.dir;
+            let work = move || -> Result<()> {
+                let mine = (b..n).step_by(nl);
+                match dir {
+                    Dir::Read => {
+                        for c in mine {
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            let (off, len) = piece(c);
+                            let dev = device_range(off, len)?;
+                            let at = (mem + off) % 16;
+                            let slot = lane.slot(abort)?;
+                            let host = slot[at..at + len].as_mut_ptr() as usize;
+                            let r = file_io(Dir::Read, host, len, foff + off as u64);
+                            if let Ok(got) = r {
+                                if got > 0 {
+                                    lane.post_to_device(at, got, dev)?;
+                                }
+                            }
+                            put(c, r, len);
+                        }
+                    }
+                    Dir::Write => {
+                        let mut queued: std::collections::VecDeque<(usize, u32)> =
+                            Default::default();
+                        let mut next = mine.peekable();
+                        loop {
+                            while queued.len() < CHANNEL_DEPTH && !stop.load(Ordering::Relaxed) {
+                                let Some(c) = next.next() else { break };
+                                let (off, len) = piece(c);
+                                let dev = device_range(off, len)?;
+                                lane.slot(abort)?;
+                                let step = lane.post_from_device(dev)?;
+                                queued.push_back((c, step));
+                            }
+                            let Some((c, step)) = queued.pop_front() else {
+                                break;
+                            };
+                            let (off, len) = piece(c);
+                            let at = (mem + off) % 16;
+                            let slot = lane.take(step, abort)?;
+                            let host = slot[at..at + len].as_ptr() as usize;
+                            let r = file_io(Dir::Write, host, len, foff + off as u64);
+                            put(c, r, len);
+                        }
+                    }
+                }
+                Ok(())
+            };
+            let run = move || {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                    .unwrap_or_else(|_| {
+                        Err(Error::new(
+                            OpError::InternalError,
+                            "async I/O lane panicked",
+                        ))
+                    });
+                if let Err(e) = r {
+                    stop.store(true, Ordering::Relaxed);
+                    fatal
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+            };
+            if nl == 1 {
+                run();
+            } else {
+                scope.spawn(run);
+            }
+        }
+    });
+    if let Some(e) = fatal.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut total = 0;
+    for (c, slot) in results.into_iter().enumerate() {
+        let (_, len) = piece(c);
+        match slot.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(Ok(got)) => {
+                total += got;
+                if got < len {
+                    break;
+                }
+            }
+            Some(Err(e)) if total == 0 => return Err(e),
+            _ => break,
+        }
+    }
+    Ok(total)
 }
 
 /// Enqueues a read into `base + *buffer_offset_p` of `*size_p` bytes at

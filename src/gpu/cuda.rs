@@ -626,4 +626,167 @@ impl GpuRuntime for CudaRuntime {
         };
         (r == sys::CUresult::CUDA_SUCCESS && id != 0).then_some(id)
     }
+
+    // ---- begin: copy server of stream-ordered async I/O ----
+
+    fn alloc_mapped(&self, len: usize) -> Result<usize> {
+        if !copy_server_symbols() {
+            return Err(Error::new(
+                OpError::HipDriverError,
+                "libcuda lacks the calls of the async copy server",
+            ));
+        }
+        self.ensure_context()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        check(
+            // SAFETY: out-pointer to a local; PORTABLE: pinned for every
+            // context, DEVICEMAP: mapped into every device's space.
+            unsafe {
+                sys::cuMemHostAlloc(
+                    &mut p,
+                    len.max(1),
+                    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP,
+                )
+            },
+            "cuMemHostAlloc(DEVICEMAP)",
+        )?;
+        let mut dev: u64 = 0;
+        // SAFETY: p is the mapped allocation just made; out-pointer to a local.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) };
+        if r != sys::CUresult::CUDA_SUCCESS || dev != p as u64 {
+            // SAFETY: allocated above, used by nothing.
+            unsafe { self.free_pinned(p as usize) };
+            return Err(Error::new(
+                OpError::HipDriverError,
+                format!(
+                    "mapped host memory is not at its host address on the device ({})",
+                    describe(r)
+                ),
+            ));
+        }
+        Ok(p as usize)
+    }
+
+    fn copy_server_ready(&self, device: i32) -> bool {
+        self.copy_server_fn(device).is_ok()
+    }
+
+    unsafe fn launch_copy_server(
+        &self,
+        stream: StreamId,
+        device: i32,
+        slots: usize,
+        blocks: u32,
+        depth: u32,
+        gen: u32,
+    ) -> Result<()> {
+        let f = self.copy_server_fn(device)?;
+        let _g = self.bind(device)?;
+        let (mut slots, mut depth, mut gen) = (slots as u64, depth, gen);
+        let mut params: [*mut c_void; 3] = [
+            (&mut slots as *mut u64).cast(),
+            (&mut depth as *mut u32).cast(),
+            (&mut gen as *mut u32).cast(),
+        ];
+        check(
+            // SAFETY: f is hipfs_copy_server(Slot*, unsigned, unsigned) of
+            // this device's context, and params point at locals of those
+            // types (the driver copies them before returning); the caller
+            // vouches for the stream and the slots.
+            unsafe {
+                sys::cuLaunchKernel(
+                    f as sys::CUfunction,
+                    blocks,
+                    1,
+                    1,
+                    COPY_SERVER_THREADS,
+                    1,
+                    1,
+                    0,
+                    stream.0 as sys::CUstream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel(hipfs_copy_server)",
+        )
+    }
+
+    // ---- end: copy server of stream-ordered async I/O ----
 }
+
+// ======== begin: copy server of stream-ordered async I/O ========
+
+/// The kernel's PTX (source: kernels/copy_server.cu; regenerate with
+/// scripts/gpu/gen-copy-server-ptx.py), NUL-terminated for cuModuleLoadData.
+static COPY_SERVER_PTX: &str = concat!(include_str!("kernels/copy_server.ptx"), "\0");
+
+/// Threads of each block: enough loads in flight to cover the latency of
+/// reading host memory across PCIe.
+const COPY_SERVER_THREADS: u32 = 512;
+
+/// The loaded kernel (a CUfunction) of each device, or why it did not load.
+static COPY_SERVER_FNS: std::sync::Mutex<Vec<(i32, std::result::Result<usize, String>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Not in SYMBOLS: a driver without them still serves everything else, and
+/// async I/O falls back to worker-side copies.
+fn copy_server_symbols() -> bool {
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PRESENT.get_or_init(|| {
+        [
+            &b"cuModuleLoadData"[..],
+            b"cuModuleGetFunction",
+            b"cuLaunchKernel",
+            b"cuMemHostGetDevicePointer_v2",
+        ]
+        .iter()
+        // SAFETY: a CudaRuntime exists, so libcuda is loaded; lookups only.
+        .all(|name| unsafe { sys::culib().get::<*const c_void>(*name) }.is_ok())
+    })
+}
+
+impl CudaRuntime {
+    /// The copy-server kernel of `device`, loaded into its primary context
+    /// on first use (by the thread enqueueing, never by an I/O worker).
+    fn copy_server_fn(&self, device: i32) -> Result<usize> {
+        let mut fns = COPY_SERVER_FNS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, r)) = fns.iter().find(|(d, _)| *d == device) {
+            return r
+                .clone()
+                .map_err(|why| Error::new(OpError::HipDriverError, why));
+        }
+        let r = self.load_copy_server(device);
+        if let Err(e) = &r {
+            log::info!("async I/O: the copy kernel does not load on device {device}: {e}");
+        }
+        fns.push((device, r.clone().map_err(|e| e.to_string())));
+        r
+    }
+
+    fn load_copy_server(&self, device: i32) -> Result<usize> {
+        if !copy_server_symbols() {
+            return Err(Error::new(
+                OpError::HipDriverError,
+                "libcuda lacks cuModuleLoadData/cuLaunchKernel",
+            ));
+        }
+        let _g = self.bind(device)?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        check(
+            // SAFETY: a NUL-terminated PTX image; out-pointer to a local. The
+            // module stays loaded for the life of the process.
+            unsafe { sys::cuModuleLoadData(&mut module, COPY_SERVER_PTX.as_ptr().cast()) },
+            "cuModuleLoadData(copy_server.ptx)",
+        )?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        check(
+            // SAFETY: the module just loaded; a NUL-terminated name.
+            unsafe { sys::cuModuleGetFunction(&mut f, module, c"hipfs_copy_server".as_ptr()) },
+            "cuModuleGetFunction(hipfs_copy_server)",
+        )?;
+        Ok(f as usize)
+    }
+}
+
+// ======== end: copy server of stream-ordered async I/O ========

@@ -288,6 +288,44 @@ pub trait GpuRuntime: Send + Sync {
         let _ = ptr;
         None
     }
+
+    // ---- begin: copy server of stream-ordered async I/O (see CopyChannel) ----
+
+    /// `len` bytes of pinned host memory mapped into every device's address
+    /// space at its host address. The defaults say "not here": async I/O
+    /// then falls back to its worker-side copies.
+    fn alloc_mapped(&self, len: usize) -> Result<usize> {
+        let _ = len;
+        Err(no_gpu())
+    }
+    /// Whether [`GpuRuntime::launch_copy_server`] can run on `device` (its
+    /// kernel loads there); loads it on first ask.
+    fn copy_server_ready(&self, device: i32) -> bool {
+        let _ = device;
+        false
+    }
+    /// Enqueues the copy-server kernel (`kernels/copy_server.cu`) on
+    /// `stream`: `blocks` blocks, each serving `depth` slot descriptors of
+    /// the array at `slots`, for operation `gen`.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `device`; `slots` is memory from
+    /// [`GpuRuntime::alloc_mapped`] holding `blocks * depth` descriptors that
+    /// stays allocated (never freed) while the kernel can run.
+    unsafe fn launch_copy_server(
+        &self,
+        stream: StreamId,
+        device: i32,
+        slots: usize,
+        blocks: u32,
+        depth: u32,
+        gen: u32,
+    ) -> Result<()> {
+        let _ = (stream, device, slots, blocks, depth, gen);
+        Err(no_gpu())
+    }
+
+    // ---- end: copy server of stream-ordered async I/O ----
 }
 
 /// Device memory exported as a dmabuf: the fd (closed on drop), and where
@@ -1196,3 +1234,327 @@ pub fn probe_rdma_memory(rt: &dyn GpuRuntime) -> RdmaMemoryProbe {
         nics,
     }
 }
+
+// ======== begin: copy channel of stream-ordered async I/O (crate::stream) ========
+//
+// The worker thread of an async operation on device memory makes no GPU
+// runtime call: it moves file bytes through pinned, device-mapped slots and
+// talks to a copy-server kernel (enqueued on the caller's stream at
+// submission) only through these slots' descriptor words. See
+// kernels/copy_server.cu for the protocol's other side.
+
+/// One slot's descriptor, laid out as `struct Slot` in copy_server.cu.
+#[repr(C)]
+struct SlotCtl {
+    tag: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicU64,
+    src: std::sync::atomic::AtomicU64,
+    dst: std::sync::atomic::AtomicU64,
+    count: std::sync::atomic::AtomicU64,
+    op: std::sync::atomic::AtomicU64,
+    _pad: [u64; 2],
+}
+
+const CTL_BYTES: usize = std::mem::size_of::<SlotCtl>();
+const OP_COPY: u64 = 0;
+const OP_END: u64 = 1;
+/// Spare bytes before a slot's payload, so that the payload can start at the
+/// device address's offset modulo 16 (the kernel then copies 16 bytes a load).
+const SLOT_SHIFT: usize = 16;
+
+/// Descriptors and slots in mapped pinned memory, for one stream's async
+/// operations (which the stream runs one at a time). Never freed: freeing
+/// pinned memory synchronises the device, and a kernel may still use it.
+pub(crate) struct CopyChannel {
+    /// `blocks * depth` descriptors, then as many slots of `stride` bytes.
+    base: usize,
+    blocks: usize,
+    depth: usize,
+    payload: usize,
+    stride: usize,
+    /// Held by the one operation whose worker uses the slots.
+    busy: std::sync::atomic::AtomicBool,
+}
+
+fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+impl CopyChannel {
+    /// A channel of `blocks` lanes, `depth` slots each, of `payload` bytes,
+    /// from the active runtime (an error where it has no mapped memory).
+    pub(crate) fn leak(
+        blocks: usize,
+        depth: usize,
+        payload: usize,
+    ) -> Result<&'static CopyChannel> {
+        let (blocks, depth) = (blocks.clamp(1, 64), depth.clamp(1, 16));
+        let payload = round_up(payload.max(4096), 4096);
+        let stride = payload + 4096;
+        let ctl = round_up(blocks * depth * CTL_BYTES, 4096);
+        let len = ctl + blocks * depth * stride;
+        let base = runtime().alloc_mapped(len)?;
+        if base == 0 || base % 4096 != 0 {
+            return Err(Error::new(
+                OpError::InternalError,
+                "mapped pinned memory is not page aligned",
+            ));
+        }
+        // SAFETY: a fresh allocation of `len` bytes, ours alone; zero tags
+        // match no operation (each operation's tags carry a step from 1).
+        unsafe { std::ptr::write_bytes(base as *mut u8, 0, len) };
+        Ok(Box::leak(Box::new(CopyChannel {
+            base,
+            blocks,
+            depth,
+            payload,
+            stride,
+            busy: std::sync::atomic::AtomicBool::new(false),
+        })))
+    }
+
+    /// Bytes one step moves at most.
+    pub(crate) fn payload(&self) -> usize {
+        self.payload
+    }
+
+    /// Enqueues the kernel of operation `gen` on `stream` (memory of `device`).
+    pub(crate) fn launch(
+        &'static self,
+        stream: ForeignStream,
+        device: i32,
+        gen: u32,
+    ) -> Result<()> {
+        // SAFETY: the stream is live (the vouching caller's contract); the
+        // descriptors are mapped memory that is never freed (leaked).
+        unsafe {
+            runtime().launch_copy_server(
+                stream.0,
+                device,
+                self.base,
+                self.blocks as u32,
+                self.depth as u32,
+                gen,
+            )
+        }
+    }
+
+    /// Takes the slots for operation `gen` once the previous operation's
+    /// worker let go; `None` when `abort` says so first.
+    pub(crate) fn lease(&'static self, gen: u32, abort: &dyn Fn() -> bool) -> Option<ChannelLease> {
+        let mut spins = 0u32;
+        while self
+            .busy
+            .compare_exchange(
+                false,
+                true,
+                std::sync::atomic::Ordering::Acquire,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            if abort() {
+                return None;
+            }
+            backoff(&mut spins);
+        }
+        let lanes = (0..self.blocks)
+            .map(|block| ChannelLane {
+                ch: self,
+                block,
+                gen,
+                step: 0,
+                posted: vec![None; self.depth],
+            })
+            .collect();
+        Some(ChannelLease { ch: self, lanes })
+    }
+
+    fn ctl(&self, block: usize, k: usize) -> &SlotCtl {
+        debug_assert!(block < self.blocks && k < self.depth);
+        // SAFETY: descriptor block*depth+k lies in the leaked allocation
+        // (sized for blocks*depth of them), page aligned, zero-initialised,
+        // and accessed only through atomics (by the CPU and by the kernel).
+        unsafe { &*((self.base + (block * self.depth + k) * CTL_BYTES) as *const SlotCtl) }
+    }
+
+    fn slot_addr(&self, block: usize, k: usize) -> usize {
+        let ctl = round_up(self.blocks * self.depth * CTL_BYTES, 4096);
+        self.base + ctl + (block * self.depth + k) * self.stride
+    }
+}
+
+/// Waits a little longer each time: spins, then yields, then sleeps.
+fn backoff(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else if *spins < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
+}
+
+/// One operation's hold on a channel: its lanes; let go when dropped.
+pub(crate) struct ChannelLease {
+    ch: &'static CopyChannel,
+    /// One per kernel block.
+    pub(crate) lanes: Vec<ChannelLane>,
+}
+
+impl Drop for ChannelLease {
+    fn drop(&mut self) {
+        self.ch
+            .busy
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// The host side of one kernel block for one operation: its slots, which
+/// the lane hands to the CPU only while the GPU is not using them.
+pub(crate) struct ChannelLane {
+    ch: &'static CopyChannel,
+    block: usize,
+    gen: u32,
+    /// The next step to post.
+    step: u32,
+    /// Per slot: the step posted to the GPU whose completion is not yet seen.
+    posted: Vec<Option<u32>>,
+}
+
+impl ChannelLane {
+    fn tag(&self, step: u32) -> u64 {
+        (u64::from(self.gen) << 32) | u64::from(step.wrapping_add(1))
+    }
+
+    /// Waits until the GPU has finished `step` in slot `k`.
+    fn wait_done(&mut self, k: usize, step: u32, abort: &dyn Fn() -> bool) -> Result<()> {
+        let want = self.tag(step);
+        let mut spins = 0u32;
+        while self
+            .ch
+            .ctl(self.block, k)
+            .done
+            .load(std::sync::atomic::Ordering::Acquire)
+            != want
+        {
+            if abort() {
+                return Err(Error::new(
+                    OpError::InternalError,
+                    "the copy kernel of an async operation was never enqueued",
+                ));
+            }
+            backoff(&mut spins);
+        }
+        self.posted[k] = None;
+        Ok(())
+    }
+
+    /// The slot of the next step (`SLOT_SHIFT` spare bytes, then the
+    /// payload), once the GPU is done with what it last held.
+    pub(crate) fn slot(&mut self, abort: &dyn Fn() -> bool) -> Result<&mut [u8]> {
+        let k = self.step as usize % self.ch.depth;
+        if let Some(prev) = self.posted[k] {
+            self.wait_done(k, prev, abort)?;
+        }
+        let addr = self.ch.slot_addr(self.block, k);
+        // SAFETY: the slot lies in the leaked mapped allocation; the lease
+        // makes this lane its only CPU user, and the GPU touches it only
+        // between a post and the completion seen above, so nothing else
+        // accesses it while the returned borrow of `self` lasts.
+        Ok(
+            unsafe {
+                std::slice::from_raw_parts_mut(addr as *mut u8, SLOT_SHIFT + self.ch.payload)
+            },
+        )
+    }
+
+    fn post(&mut self, src: u64, dst: u64, count: usize, op: u64) -> u32 {
+        use std::sync::atomic::Ordering::{Relaxed, Release};
+        let k = self.step as usize % self.ch.depth;
+        let c = self.ch.ctl(self.block, k);
+        c.src.store(src, Relaxed);
+        c.dst.store(dst, Relaxed);
+        c.count.store(count as u64, Relaxed);
+        c.op.store(op, Relaxed);
+        // The kernel reads the descriptor (and slot) after it sees the tag.
+        c.tag.store(self.tag(self.step), Release);
+        let step = self.step;
+        self.posted[k] = Some(step);
+        self.step = step.wrapping_add(1);
+        step
+    }
+
+    fn check_span(&self, at: usize, len: usize, dev: DevicePtr) -> Result<u64> {
+        if at > SLOT_SHIFT || len > self.ch.payload || at != (dev.0 % SLOT_SHIFT as u64) as usize {
+            return Err(Error::new(
+                OpError::InternalError,
+                format!(
+                    "{len} bytes at {at} do not fit a copy slot for {:#x}",
+                    dev.0
+                ),
+            ));
+        }
+        let k = self.step as usize % self.ch.depth;
+        if self.posted[k].is_some() {
+            return Err(Error::new(
+                OpError::InternalError,
+                "posting into a busy copy slot",
+            ));
+        }
+        Ok((self.ch.slot_addr(self.block, k) + at) as u64)
+    }
+
+    /// Has the GPU copy `len` bytes at `at` of the next step's slot to `dst`
+    /// (`at` is `dst`'s offset modulo 16).
+    pub(crate) fn post_to_device(&mut self, at: usize, len: usize, dst: LentDevice) -> Result<()> {
+        if len > dst.len {
+            return Err(Error::new(
+                OpError::InternalError,
+                "copy longer than its device range",
+            ));
+        }
+        let src = self.check_span(at, len, dst.ptr)?;
+        self.post(src, dst.ptr.0, len, OP_COPY);
+        Ok(())
+    }
+
+    /// Has the GPU copy `src` into the next step's slot, at `src`'s offset
+    /// modulo 16; returns the step, for [`ChannelLane::take`].
+    pub(crate) fn post_from_device(&mut self, src: LentDevice) -> Result<u32> {
+        let at = (src.ptr.0 % SLOT_SHIFT as u64) as usize;
+        let dst = self.check_span(at, src.len, src.ptr)?;
+        Ok(self.post(src.ptr.0, dst, src.len, OP_COPY))
+    }
+
+    /// The bytes `step` (a [`ChannelLane::post_from_device`]) copied, once
+    /// the GPU has finished it.
+    pub(crate) fn take(&mut self, step: u32, abort: &dyn Fn() -> bool) -> Result<&[u8]> {
+        let k = step as usize % self.ch.depth;
+        if self.posted[k] != Some(step) {
+            return Err(Error::new(
+                OpError::InternalError,
+                "taking a step never posted",
+            ));
+        }
+        self.wait_done(k, step, abort)?;
+        let addr = self.ch.slot_addr(self.block, k);
+        // SAFETY: as in slot(): the GPU finished writing it (seen above) and
+        // this lane is its only CPU user while the borrow lasts.
+        Ok(unsafe { std::slice::from_raw_parts(addr as *const u8, SLOT_SHIFT + self.ch.payload) })
+    }
+
+    /// Ends this block of the kernel and waits until it has left.
+    pub(crate) fn end(&mut self, abort: &dyn Fn() -> bool) -> Result<()> {
+        for k in 0..self.ch.depth {
+            if let Some(prev) = self.posted[k] {
+                self.wait_done(k, prev, abort)?;
+            }
+        }
+        let step = self.post(0, 0, 0, OP_END);
+        let k = step as usize % self.ch.depth;
+        self.wait_done(k, step, abort)
+    }
+}
+// ======== end: copy channel of stream-ordered async I/O ========

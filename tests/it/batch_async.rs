@@ -28,10 +28,9 @@ use std::time::{Duration, Instant};
 /// GPU machine, or HIPFS_REQUIRE_GPU=1) the real runtime runs everything,
 /// streams included, and the device-memory tests run too.
 ///
-/// On a GPU the returned guard serialises the tests: like NCCL's, pending
-/// stream-ordered I/O must not meet a device-wide synchronisation (the
-/// `cuMemFree` of another test) while its worker makes GPU calls, and some
-/// tests deliberately hold a stream with a host function.
+/// On a GPU the returned guard serialises the tests: some deliberately hold
+/// a stream with a host function, which a device-wide synchronisation (the
+/// `cuMemFree` of another test) would wait for.
 fn setup() -> Option<std::sync::MutexGuard<'static, ()>> {
     static ONCE: Once = Once::new();
     static GPU_SERIAL: Mutex<()> = Mutex::new(());
@@ -1174,18 +1173,17 @@ fn async_reads_and_writes_move_unregistered_device_memory_in_stream_order() {
     stream_deregister(s.0).unwrap();
 }
 
-/// Known hazard, kept as a runnable reproducer: stream-ordered reads into
-/// device memory pending while another thread allocates and frees device
-/// memory. `cuMemFree` waits for the whole device; the stream waits (on
-/// the device) for our worker, and the worker's own copy calls, by what was
-/// seen, wait for the free. Seen hanging on the H200
-/// (2026-12-02) with the I/O on a worker thread and the stream waiting on a
-/// completion word, as it did before with a host function holding the
-/// stream. Ignored until the copies are enqueued on the stream itself (or
-/// done by a kernel) so that the worker makes no GPU calls; run it with
-/// `--ignored`. A watchdog turns the hang into an abort after 60 s.
+/// Stream-ordered reads into device memory pending while another thread
+/// allocates and frees device memory. `cuMemFree` waits for the whole
+/// device, so the stream's pending reads must finish without any GPU call
+/// from the threads doing their I/O (they hung on the H200 when the worker
+/// made its own copies: see src/stream.rs). A watchdog turns a hang into an
+/// abort after 60 s.
 #[test]
-#[ignore = "known hazard: cuMemFree in another thread while async device I/O is pending hangs (see doc)"]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn async_reads_complete_while_another_thread_frees_device_memory() {
     let _serial = setup();
     let dev = DeviceMem::new(32 << 20, 0xEE);
@@ -1253,9 +1251,115 @@ fn async_reads_complete_while_another_thread_frees_device_memory() {
             "round {round}: {got:?}"
         );
     }
+    // Writes from device memory, still under the churn, in odd pieces.
+    let (_d2, out_path) = file_with("dev-async-free-out", &vec![0u8; 32 << 20]);
+    let out = open(&out_path, libc::O_RDWR);
+    let wsizes: Vec<usize> = (0..8).map(|i| piece - 1_001 * (i + 1)).collect();
+    let woffs: Vec<i64> = (0..8).map(|i| (i * piece + 333) as i64).collect();
+    let mut wrote = [-777isize; 8];
+    // SAFETY: as above; synchronised before the slots are read.
+    unsafe {
+        for i in 0..8 {
+            write_async(
+                out.handle().unwrap(),
+                dev_ptr,
+                &wsizes[i],
+                &woffs[i],
+                &woffs[i],
+                &mut wrote[i],
+                stream,
+            )
+            .unwrap();
+        }
+    }
+    let (done_tx, done_rx) = channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            eprintln!("writes: the stream did not finish within 60 s (hang)");
+            std::process::abort();
+        }
+    });
+    // SAFETY: the test's live stream.
+    unsafe { rt.stream_synchronize(StreamId(stream)) }.unwrap();
+    let _ = done_tx.send(());
+    watchdog.join().unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let churned = churn.join().unwrap();
     assert!(churned > 0, "the other thread never freed memory");
     assert!(dev.to_host() == data, "device bytes equal the file");
+    // SAFETY: the stream is done with them.
+    let wrote: Vec<isize> = wrote
+        .iter()
+        .map(|r| unsafe { std::ptr::read_volatile(r) })
+        .collect();
+    assert_eq!(
+        wrote,
+        wsizes.iter().map(|&n| n as isize).collect::<Vec<_>>()
+    );
+    let on_disk = std::fs::read(&out_path).unwrap();
+    for i in 0..8 {
+        let f = woffs[i] as usize;
+        assert_eq!(
+            &on_disk[f..f + wsizes[i]],
+            &data[f..f + wsizes[i]],
+            "write {i}"
+        );
+    }
+    stream_deregister(s.0).unwrap();
+}
+
+/// A device range past the allocation fails the operation with
+/// `-InvalidValue` when the stream runs it (the raw API knows no buffer
+/// length; the allocation holding the pointer bounds it), and the stream
+/// goes on.
+#[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
+fn async_device_reads_past_the_allocation_fail_and_the_stream_goes_on() {
+    let _serial = setup();
+    let dev = DeviceMem::new(1 << 20, 0xEE);
+    let data = pattern(24, 4 << 20);
+    let (_d, path) = file_with("dev-async-past", &data);
+    let fh = open(&path, libc::O_RDONLY);
+    let s = TestStream::new(0xA5_000A);
+    stream_register(s.0, 0).unwrap();
+    let (big, fits, zero, boff) = ((1usize << 20) + 1, 70_000usize, 0i64, 100i64);
+    let (mut r1, mut r2) = (-777isize, -777isize);
+    // SAFETY: locals and dev outlive the stream's work (synchronised below).
+    unsafe {
+        read_async(
+            fh.handle().unwrap(),
+            dev.ptr,
+            &big,
+            &zero,
+            &zero,
+            &mut r1,
+            s.0,
+        )
+        .unwrap();
+        read_async(
+            fh.handle().unwrap(),
+            dev.ptr,
+            &fits,
+            &zero,
+            &boff,
+            &mut r2,
+            s.0,
+        )
+        .unwrap();
+    }
+    sync(s.0);
+    // SAFETY: the stream is done with them.
+    let (r1, r2) = unsafe { (std::ptr::read_volatile(&r1), std::ptr::read_volatile(&r2)) };
+    assert_eq!(r1, -(OpError::InvalidValue.code() as isize));
+    assert_eq!(r2, fits as isize);
+    let mem = dev.to_host();
+    assert_eq!(&mem[100..100 + fits], &data[..fits]);
+    assert!(mem[..100]
+        .iter()
+        .chain(&mem[100 + fits..])
+        .all(|x| *x == 0xEE));
     stream_deregister(s.0).unwrap();
 }
