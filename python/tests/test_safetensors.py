@@ -384,3 +384,50 @@ def test_a_checkpoint_on_a_hipfs_mount_loads_as_the_export_does(hipfs_mount, tmp
     (export / "short.safetensors").write_bytes((export / "m.safetensors").read_bytes()[:-1])
     with pytest.raises(SafetensorError, match="truncated"):
         hnp.load_file(mnt / "short.safetensors")
+
+
+def bytes_read_by_this_process():
+    # rchar sums every thread's read syscalls, the core's workers included.
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def test_get_tensor_reads_only_that_tensors_bytes(tmp_path):
+    rng = np.random.default_rng(6)
+    tensors = {"big": random_array(rng, np.uint8, (48 << 20,)), "small": random_array(rng, np.float32, (1000,))}
+    path = tmp_path / "two.safetensors"
+    safetensors.numpy.save_file(tensors, path)
+    with hnp.safe_open(path) as f:
+        before = bytes_read_by_this_process()
+        assert f.get_tensor("small").tobytes() == tensors["small"].tobytes()
+        small = bytes_read_by_this_process() - before
+        before = bytes_read_by_this_process()
+        assert f.get_tensor("big").tobytes() == tensors["big"].tobytes()
+        big = bytes_read_by_this_process() - before
+    assert small < 1 << 20, f"reading a 4000-byte tensor read {small} bytes"
+    assert big >= 48 << 20
+
+
+def test_concurrent_loads_of_one_file_from_threads_all_match(tmp_path):
+    import threading
+
+    rng = np.random.default_rng(12)
+    tensors = {f"t{i}": random_array(rng, np.float32, (256, 1024)) for i in range(8)}
+    path = tmp_path / "shared.safetensors"
+    safetensors.numpy.save_file(tensors, path)
+    results, errors = [None] * 6, []
+
+    def load(i):
+        try:
+            results[i] = hnp.load_file(path)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for r in results:
+        assert_same(r, tensors)
