@@ -165,8 +165,10 @@ def bench_path(torch, hipfile, st_load, path, label, repeat, target, device):
 
     # 1. correctness (also warms the page cache and both code paths)
     ref = st_load(path, device=device)
-    got = ht.load_file(path, device=device)
     sync(torch, device)
+    # No synchronize between the load and the comparison: the tensors must
+    # be ready for the caller's stream when load_file returns.
+    got = ht.load_file(path, device=device)
     bad = check_equal(torch, got, ref, label)
     if got and len({t.untyped_storage().data_ptr() for t in got.values() if t.numel()}) != 1:
         # Not wrong, but not the one-allocation design either: say so.
