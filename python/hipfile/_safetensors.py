@@ -26,7 +26,7 @@ from ._driver import Driver
 from ._file import FileHandle
 from ._memory import Buffer
 
-__all__ = ["SafetensorError", "TensorInfo", "Header", "DTYPE_BITS", "parse_header", "read_header"]
+__all__ = ["SafetensorError", "TensorInfo", "Header", "DTYPE_BITS", "parse_header", "read_header", "SafeOpen", "TensorSlice"]
 
 PathType = Union[str, "os.PathLike[str]"]
 
@@ -271,6 +271,10 @@ class Framework:
         """A new, aligned allocation holding the bytes of ``raw``."""
         raise NotImplementedError
 
+    def contiguous(self, x: Any) -> Any:
+        """``x`` (an indexing result) as a C-contiguous array or tensor."""
+        raise NotImplementedError
+
 
 def _itemsize(info: TensorInfo) -> int:
     return max(1, DTYPE_BITS[info.dtype] // 8)
@@ -365,20 +369,38 @@ class SafeOpen:
         self._open()
         return None if self._header.metadata is None else dict(self._header.metadata)
 
-    def get_tensor(self, name: str) -> Any:
-        """Read tensor ``name``; ``KeyError`` if the file has none of that name."""
-        fh = self._open()
+    def _info(self, name: str) -> TensorInfo:
+        self._open()
         if name not in self._header:
             raise KeyError(f"{self._path}: no tensor named {name!r}")
-        t = self._header[name]
+        return self._header[name]
+
+    def _read_rows(self, t: TensorInfo, lo: int, hi: int) -> Any:
+        """Rows ``[lo, hi)`` of the first dimension (the whole of a scalar)."""
+        fh = self._open()
         dtype = self._fw.dtype(t, self._path)
-        buf = self._fw.empty_bytes(t.nbytes, self._device)
-        if t.nbytes:
+        rows = (hi - lo,) + t.shape[1:] if t.shape else ()
+        row_bytes = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
+        start = t.start + lo * row_bytes if t.shape else t.start
+        nbytes = (hi - lo) * row_bytes if t.shape else t.nbytes
+        buf = self._fw.empty_bytes(nbytes, self._device)
+        if nbytes:
             try:
-                read_exact(fh, self._fw.io_target(buf), t.nbytes, self._header.data_offset + t.start)
+                read_exact(fh, self._fw.io_target(buf), nbytes, self._header.data_offset + start)
             except SafetensorError as e:
                 raise SafetensorError(f"{self._path}: {e}") from None
-        return self._fw.typed_view(buf, dtype, t)
+        return self._fw.typed_view(buf, dtype, TensorInfo(t.name, t.dtype, rows, start, start + nbytes))
+
+    def get_tensor(self, name: str) -> Any:
+        """Read tensor ``name``; ``KeyError`` if the file has none of that name."""
+        t = self._info(name)
+        return self._read_rows(t, 0, t.shape[0] if t.shape else 0)
+
+    def get_slice(self, name: str) -> "TensorSlice":
+        """A lazy slice of tensor ``name``: ``get_shape()``, ``get_dtype()``,
+        and indexing (``f.get_slice("w")[:, 128:256]``), which reads only
+        the rows the first index selects."""
+        return TensorSlice(self, self._info(name))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
@@ -410,3 +432,40 @@ class SafeOpen:
                 self.close()
         except Exception:
             pass
+
+
+class TensorSlice:
+    """What :meth:`SafeOpen.get_slice` returns."""
+
+    def __init__(self, owner: SafeOpen, info: TensorInfo) -> None:
+        self._owner = owner
+        self._info = info
+
+    def get_shape(self) -> List[int]:
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        """The safetensors dtype name (``"BF16"``, ``"F32"``, ...)."""
+        return self._info.dtype
+
+    def __getitem__(self, index: Any) -> Any:
+        t, owner = self._info, self._owner
+        idx = index if isinstance(index, tuple) else (index,)
+        first = idx[0] if idx else Ellipsis
+        n0 = t.shape[0] if t.shape else 0
+        local: Any
+        if t.shape and isinstance(first, slice) and (first.step is None or first.step > 0):
+            start, stop, step = first.indices(n0)
+            lo, hi = start, max(start, stop)
+            local = slice(0, hi - lo, step)
+        elif t.shape and isinstance(first, int) and not isinstance(first, bool):
+            i = first + n0 if first < 0 else first
+            if not 0 <= i < n0:
+                raise IndexError(f"index {first} is out of range for dimension 0 of {t.name!r} (size {n0})")
+            lo, hi, local = i, i + 1, 0
+        else:
+            # Anything else (Ellipsis first, arrays, negative steps, a
+            # scalar tensor): read it all and let the library index.
+            return owner._fw.contiguous(owner.get_tensor(t.name)[index])
+        rows = owner._read_rows(t, lo, hi)
+        return owner._fw.contiguous(rows[(local,) + idx[1:]])

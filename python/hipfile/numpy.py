@@ -56,6 +56,10 @@ class _Numpy(Framework):
     def copy_bytes(self, raw: Any) -> Any:
         return raw.copy()
 
+    def contiguous(self, x: Any) -> Any:
+        # Also turns the numpy scalar that full integer indexing gives into a 0-d array.
+        return x if isinstance(x, np.ndarray) and x.flags.c_contiguous else np.array(x, order="C")
+
 
 _NUMPY = _Numpy()
 

@@ -88,6 +88,9 @@ class _Torch(Framework):
     def copy_bytes(self, raw: Any) -> Any:
         return raw.clone()
 
+    def contiguous(self, x: Any) -> Any:
+        return x.contiguous()
+
 
 _TORCH = _Torch()
 

@@ -431,3 +431,49 @@ def test_concurrent_loads_of_one_file_from_threads_all_match(tmp_path):
     assert not errors, errors
     for r in results:
         assert_same(r, tensors)
+
+
+SLICES = [
+    (slice(1, 3),),
+    2,
+    (slice(None), 1),
+    (Ellipsis, 2),
+    (slice(0, 5, 2),),
+    (-1,),
+    (slice(1, 4), slice(0, 2), 3),
+    (3, 2, 1),
+    slice(None),
+]
+
+
+def test_get_slice_matches_the_reference_and_reads_only_the_rows_it_needs(tmp_path):
+    rng = np.random.default_rng(9)
+    tensors = {"w": random_array(rng, np.float32, (5, 3, 4)), "big": random_array(rng, np.int16, (1024, 8192))}
+    path = tmp_path / "s.safetensors"
+    safetensors.numpy.save_file(tensors, path)
+    with hnp.safe_open(path) as f, safetensors.safe_open(path, framework="np") as ref:
+        s, r = f.get_slice("w"), ref.get_slice("w")
+        assert s.get_shape() == r.get_shape() == [5, 3, 4]
+        assert s.get_dtype() == r.get_dtype() == "F32"
+        for idx in SLICES:
+            got, want = s[idx], r[idx]
+            assert got.dtype == want.dtype and got.shape == want.shape, idx
+            assert got.tobytes() == want.tobytes(), idx
+            assert got.flags.c_contiguous
+        # Beyond what the reference takes: negative starts, empty ranges, negative steps.
+        w = tensors["w"]
+        for idx in [(slice(-2, None),), (slice(3, 1),), (slice(None, None, -1), 0), (slice(4, 0, -2),)]:
+            assert np.array_equal(s[idx], w[idx]), idx
+        with pytest.raises(IndexError, match="out of range"):
+            s[5]
+        before = bytes_read_by_this_process()
+        rows = f.get_slice("big")[100:102, 8:16]
+        assert bytes_read_by_this_process() - before < 1 << 20  # two 16 KiB rows, not 16 MiB
+        assert np.array_equal(rows, tensors["big"][100:102, 8:16])
+    p = tmp_path / "scalar.safetensors"
+    safetensors.numpy.save_file({"s": np.array(2.5, dtype=np.float64), "e": np.zeros((0, 3), np.int8)}, p)
+    with hnp.safe_open(p) as f:
+        assert f.get_tensor("s").shape == () and f.get_tensor("s") == 2.5
+        assert f.get_slice("s")[()] == 2.5
+        assert f.get_slice("e")[0:0].shape == (0, 3)
+        assert f.get_tensor("e").shape == (0, 3)

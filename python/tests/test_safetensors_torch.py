@@ -48,7 +48,8 @@ def random_tensor(rng, dtype, shape):
 def as_bytes(t):
     # Bitwise comparison: NaNs compare equal, and torch.equal need not
     # support every dtype on every device.
-    return t.detach().reshape(-1).view(torch.uint8).cpu()
+    dense = torch.empty(t.shape, dtype=t.dtype, device=t.device).copy_(t.detach())  # standard strides
+    return dense.reshape(-1).view(torch.uint8).cpu()
 
 
 def assert_same(got, ref, device):
@@ -156,3 +157,22 @@ def test_a_dtype_this_loader_cannot_view_is_a_type_error(tmp_path):
     path.write_bytes(struct.pack("<Q", len(h)) + h + b"\0\0")
     with pytest.raises(TypeError, match="F4"):
         ht.load_file(path)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_get_slice_matches_safetensors(tmp_path, device):
+    import safetensors as st
+
+    rng = np.random.default_rng(5)
+    tensors = {"w": random_tensor(rng, torch.bfloat16, (6, 4, 8)), "s": random_tensor(rng, torch.float32, ())}
+    path = tmp_path / "s.safetensors"
+    safetensors.torch.save_file(tensors, path)
+    with ht.safe_open(path, framework="pt", device=device) as f, st.safe_open(path, framework="pt", device=device) as ref:
+        s, r = f.get_slice("w"), ref.get_slice("w")
+        assert s.get_shape() == r.get_shape() and s.get_dtype() == r.get_dtype() == "BF16"
+        for idx in [(slice(1, 3),), 2, (slice(None), 1), (Ellipsis, 2), (slice(0, 6, 2),), (-1,), (slice(1, 4), slice(0, 2), 3)]:
+            got, want = s[idx], r[idx]
+            assert got.dtype == want.dtype and got.shape == want.shape, idx
+            assert got.is_contiguous() and got.device.type == torch.device(device).type
+            assert torch.equal(as_bytes(got), as_bytes(want)), idx
+        assert torch.equal(as_bytes(f.get_slice("s")[()]), as_bytes(tensors["s"]))
