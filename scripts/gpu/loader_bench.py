@@ -12,7 +12,8 @@ the mount too. For each path it
 
 1. loads the file with both loaders onto "cuda" and checks every tensor:
    same names, dtype, shape and bytes (torch.equal on uint8 views, so NaN
-   bit patterns count too); also ``safe_open(...).get_tensor`` for a few;
+   bit patterns count too); also ``safe_open(...).get_tensor`` and
+   ``get_slice(...)[1:3]`` for a few;
 2. times both loaders (median of --repeat, page cache warm: one untimed
    load each first; the CUDA caching allocator is emptied before every run
    so each pays for its allocations; runs alternate), plus one hipfile read
@@ -174,15 +175,19 @@ def bench_path(torch, hipfile, st_load, path, label, repeat, target, device):
         # Not wrong, but not the one-allocation design either: say so.
         print("note: hipfile's tensors do not share one allocation (misaligned offsets were copied)")
     names = list(ref)[:: max(1, len(ref) // 7)]
+    rows = [k for k in names if ref[k].dim() and ref[k].shape[0] >= 3]
     with ht.safe_open(path, framework="pt", device=device) as f:
         lazy = {k: f.get_tensor(k) for k in names}
+        sliced = {k: f.get_slice(k)[1:3] for k in rows}
     bad += check_equal(torch, lazy, {k: ref[k] for k in names}, label + " safe_open")
-    del got, ref, lazy
+    bad += check_equal(torch, sliced, {k: ref[k][1:3].contiguous() for k in rows}, label + " get_slice[1:3]")
+    del got, ref, lazy, sliced
     for b in bad[:20]:
         print("MISMATCH", b)
     if bad:
         failures.append(f"{label}: {len(bad)} mismatches")
-    print(f"check: {len(header.tensors)} tensors by load_file, {len(names)} by safe_open, against safetensors: "
+    print(f"check: {len(header.tensors)} tensors by load_file, {len(names)} by safe_open, {len(rows)} by get_slice, "
+          "against safetensors: "
           f"{'PASS' if not bad else 'FAIL'}")
 
     # 2. timing, the two loaders alternating
