@@ -175,18 +175,18 @@ def bench_path(torch, hipfile, st_load, path, label, repeat, target, device):
         # Not wrong, but not the one-allocation design either: say so.
         print("note: hipfile's tensors do not share one allocation (misaligned offsets were copied)")
     names = list(ref)[:: max(1, len(ref) // 7)]
-    rows = [k for k in names if ref[k].dim() and ref[k].shape[0] >= 3]
+    sliceable = [k for k in names if ref[k].dim() and ref[k].shape[0] >= 3]
     with ht.safe_open(path, framework="pt", device=device) as f:
         lazy = {k: f.get_tensor(k) for k in names}
-        sliced = {k: f.get_slice(k)[1:3] for k in rows}
+        sliced = {k: f.get_slice(k)[1:3] for k in sliceable}
     bad += check_equal(torch, lazy, {k: ref[k] for k in names}, label + " safe_open")
-    bad += check_equal(torch, sliced, {k: ref[k][1:3].contiguous() for k in rows}, label + " get_slice[1:3]")
+    bad += check_equal(torch, sliced, {k: ref[k][1:3].contiguous() for k in sliceable}, label + " get_slice[1:3]")
     del got, ref, lazy, sliced
     for b in bad[:20]:
         print("MISMATCH", b)
     if bad:
         failures.append(f"{label}: {len(bad)} mismatches")
-    print(f"check: {len(header.tensors)} tensors by load_file, {len(names)} by safe_open, {len(rows)} by get_slice, "
+    print(f"check: {len(header.tensors)} tensors by load_file, {len(names)} by safe_open, {len(sliceable)} by get_slice, "
           "against safetensors: "
           f"{'PASS' if not bad else 'FAIL'}")
 
