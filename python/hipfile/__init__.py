@@ -41,6 +41,21 @@ for _cls in (Buffer, Driver, FileHandle, FileHandleType, HipFileException, OpErr
     _cls.__module__ = __name__
 del _cls
 
+
+def __getattr__(name: str) -> object:
+    # ``hipfile.torch`` / ``hipfile.numpy`` (the safetensors loaders) import
+    # their array library, so they load on first use, not with the package.
+    if name in ("torch", "numpy"):
+        import importlib
+
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ImportError as e:
+            # getattr(hipfile, "torch", None) and hasattr() expect AttributeError.
+            raise AttributeError(f"hipfile.{name} is unavailable: {e}") from e
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Buffer",
     "Driver",

@@ -9,11 +9,12 @@ G=$PWD/.gpu
 [ -x "$G/bin/hipfs" ] || { echo "run scripts/gpu/run-gpu-checks.sh first (no $G/bin/hipfs)"; exit 2; }
 LOG=${OUT:-/tmp}/gpu-checks.log
 exec > >(tee "$LOG") 2>&1
-STEPS=${HIPFS_GPU_STEPS:-tests,userspace,uslanes,python,read,peers,write,cold}
+STEPS=${HIPFS_GPU_STEPS:-tests,userspace,uslanes,python,loader,read,peers,write,cold}
 USIZE=${HIPFS_USERSPACE_SIZE:-4G}
 SIZE=${HIPFS_BENCH_SIZE:-8G}
 COLD=${HIPFS_COLD_SIZE:-4G}
 WSIZE=${HIPFS_WRITE_SIZE:-2G}
+LSIZE=${HIPFS_LOADER_SIZE_GIB:-3}
 CONFIGS=${HIPFS_BENCH_CONFIGS:-16x1M,16x2M,16x4M,24x2M}
 export RUST_LOG=${RUST_LOG:-info}
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
@@ -73,6 +74,21 @@ if step python; then
         PYTHONUNBUFFERED=1 timeout 200 python3 python/bench.py --size-mib 4096 --repeat 3 --dir "$W" || fail=1
     else
         say "Python package: no wheel in $G/pywhl (run-gpu-checks.sh builds it with python3.12); skipped"
+    fi
+fi
+
+if step loader; then
+    if ls "$G"/pywhl/*.whl >/dev/null 2>&1; then
+        say "safetensors loader: hipfile.torch.load_file against safetensors.torch.load_file on CUDA (${LSIZE} GiB), local disk and a hipfs mount --local of it"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/pysite "$G"/pywhl/*.whl || fail=1
+        LE=$W/loader; LM=$W/loader-mnt; mkdir -p "$LE" "$LM"
+        mnt=(--mount "$LM")
+        "$G/bin/hipfs" mount --local "$LE" "$LM" || { fail=1; mnt=(); echo "hipfs mount failed: local disk only"; }
+        PYTHONPATH=/tmp/pysite${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 timeout 300 \
+            python3 scripts/gpu/loader_bench.py --dir "$LE" "${mnt[@]}" --size-gib "$LSIZE" --repeat 3 || fail=1
+        [ ${#mnt[@]} -eq 0 ] || "$G/bin/hipfs" umount "$LM" || fail=1
+    else
+        say "safetensors loader: no wheel in $G/pywhl (run-gpu-checks.sh builds it with python3.12); skipped"
     fi
 fi
 
