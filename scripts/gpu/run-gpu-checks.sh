@@ -73,5 +73,5 @@ cat <<MSG
 Built into $G/. Run on the GPU machine (device tool), from the repository root:
     bash scripts/gpu/on-device.sh          carry: [".gpu"]   timeout_s: 600
 Environment knobs: HIPFS_BENCH_SIZE (8G), HIPFS_COLD_SIZE (4G), HIPFS_WRITE_SIZE (2G),
-HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,userspace,uslanes,python,read,peers,write,cold).
+HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,userspace,uslanes,python,loader,read,peers,write,cold).
 MSG
