@@ -299,7 +299,7 @@ impl RemoteFile {
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
         let mut done = 0usize;
         while done < len {
-            let n = (len - done).min(MAX_IO);
+            let n = (len - done).min(read_piece_len());
             let got = self
                 .client
                 .within(Some(deadline), false, false, || {
@@ -461,6 +461,19 @@ fn device_destination(
 /// (4 MiB pieces were 10-30% slower on the 2-core test host).
 const READ_PIECE: usize = MAX_IO;
 
+/// The bytes per read request: [`READ_PIECE`], or `HIPFS_REMOTE_PIECE_KB`
+/// (64 KiB to MAX_PLACED_READ; reads are always placed) for measuring.
+fn read_piece_len() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("HIPFS_REMOTE_PIECE_KB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .map(|kb| (kb << 10).clamp(64 << 10, super::super::proto::MAX_PLACED_READ))
+            .unwrap_or(READ_PIECE)
+    })
+}
+
 /// Pieces kept in flight at once for one large request: at least this,
 /// and one per lane of the client's connection when it has more.
 const PARALLEL: usize = 4;
@@ -526,8 +539,9 @@ impl UserspaceFs for RemoteFile {
             return self.read_into_device(addr as usize, len, offset);
         }
         let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
-        let lens: Vec<usize> = mem.chunks(READ_PIECE).map(<[u8]>::len).collect();
-        let at = |i: usize| offset + (i * READ_PIECE) as u64;
+        let piece_len = read_piece_len();
+        let lens: Vec<usize> = mem.chunks(piece_len).map(<[u8]>::len).collect();
+        let at = |i: usize| offset + (i * piece_len) as u64;
         // One deadline for the whole call: pieces queued behind others (more
         // pieces than lanes) or retried after a reconnect get what is left
         // of it, so `timeout` bounds the hipFile read, not each piece.
@@ -537,13 +551,13 @@ impl UserspaceFs for RemoteFile {
                 .within(Some(deadline), false, false, || self.read_piece(piece, at))
         };
         let results: Vec<std::result::Result<usize, i32>> = if lens.len() <= 1 {
-            mem.chunks_mut(READ_PIECE)
+            mem.chunks_mut(piece_len)
                 .enumerate()
                 .map(|(i, p)| piece(p, at(i)))
                 .collect()
         } else {
             // Each piece is handed out once, so the threads own disjoint memory.
-            let pieces = Mutex::new(mem.chunks_mut(READ_PIECE).enumerate());
+            let pieces = Mutex::new(mem.chunks_mut(piece_len).enumerate());
             let out = Mutex::new(vec![Ok(0); lens.len()]);
             std::thread::scope(|s| {
                 for _ in 0..self.parallel().min(lens.len()) {
