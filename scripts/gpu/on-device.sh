@@ -53,12 +53,12 @@ if step userspace; then
 fi
 
 if step uslanes; then
-    say "UserspaceFs into device memory: client lanes 4, 8, 16, then the server sending with sendfile"
+    say "UserspaceFs into device memory: client lanes 4, 8, 16, then the server staging its reads (--no-sendfile)"
     [ -f "$W/us-$USIZE.bin" ] || head -c $((${USIZE%G} << 30)) /dev/urandom > "$W/us-$USIZE.bin"
     for l in 4 8 16; do
         HIPFS_REMOTE_LANES=$l timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 || fail=1
     done
-    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 --sendfile || fail=1
+    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 --no-sendfile || fail=1
 fi
 
 if step python; then
