@@ -338,7 +338,7 @@ typedef enum hipFileBoolConfigParameter {
     hipFileParamStreamMemopsBypass,
     /* hipfs extension: OPAQUE_FD handles on a hipfs mount read and write the
        server directly (default true; env HIPFS_OPAQUE_FD_DIRECT). */
-    hipFileParamHipfsOpaqueFdDirect
+    hipFileParamHipfsOpaqueFdDirect = 100
 } hipFileBoolConfigParameter_t;
 
 typedef enum hipFileStringConfigParameter {

@@ -62,6 +62,22 @@ params!(
 
 params!(StringParam, LoggingLevel, EnvLogfilePath, LogDir);
 
+impl BoolParam {
+    /// The C ordinal of hipfs's own boolean parameter
+    /// (`hipFileParamHipfsOpaqueFdDirect`), far from the vendors' numbers so
+    /// a later hipFile or cuFile parameter cannot collide with it.
+    pub const HIPFS_OPAQUE_FD_DIRECT_ORDINAL: u32 = 100;
+
+    /// The parameter for a C ordinal: the vendor's enumeration, or
+    /// [`Self::HIPFS_OPAQUE_FD_DIRECT_ORDINAL`].
+    pub fn from_c_ordinal(n: u32) -> Option<BoolParam> {
+        if n == Self::HIPFS_OPAQUE_FD_DIRECT_ORDINAL {
+            return Some(BoolParam::HipfsOpaqueFdDirect);
+        }
+        BoolParam::from_ordinal(n).filter(|p| *p != BoolParam::HipfsOpaqueFdDirect)
+    }
+}
+
 /// Every tunable of the library. One copy is staged (what the parameter API
 /// edits), one is active (what the open driver uses).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,9 +407,17 @@ mod tests {
     #[test]
     fn parameter_ordinals_follow_the_c_enumerations() {
         assert_eq!(SizeTParam::ALL.len(), 12);
-        // The twelve of hipFile, then hipfs's extension.
+        // The twelve of hipFile, then hipfs's extension at its own ordinal.
         assert_eq!(BoolParam::ALL.len(), 13);
-        assert_eq!(BoolParam::HipfsOpaqueFdDirect as u32, 12);
+        assert_eq!(BoolParam::from_c_ordinal(12), None);
+        assert_eq!(
+            BoolParam::from_c_ordinal(100),
+            Some(BoolParam::HipfsOpaqueFdDirect)
+        );
+        assert_eq!(
+            BoolParam::from_c_ordinal(11),
+            Some(BoolParam::StreamMemopsBypass)
+        );
         assert_eq!(StringParam::ALL.len(), 3);
         assert_eq!(SizeTParam::PropertiesBatchIOTimeoutMs as u32, 11);
         assert_eq!(BoolParam::StreamMemopsBypass as u32, 11);

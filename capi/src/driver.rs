@@ -144,7 +144,7 @@ fn size_param(param: c_int) -> Result<SizeTParam> {
 fn bool_param(param: c_int) -> Result<BoolParam> {
     u32::try_from(param)
         .ok()
-        .and_then(BoolParam::from_ordinal)
+        .and_then(BoolParam::from_c_ordinal)
         .ok_or_else(|| invalid("unknown bool parameter"))
 }
 
