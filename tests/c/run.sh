@@ -23,7 +23,7 @@ cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 prefix=$work/prefix
 
-make -s -C "$root" install-files PREFIX="$prefix" HIPFILE_LIB="$lib" >/dev/null
+make -s -C "$root" install-hipfile PREFIX="$prefix" HIPFILE_LIB="$lib" >/dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 flags=$(pkg-config --cflags --libs hipfile)
 cflags=$(pkg-config --cflags hipfile)
