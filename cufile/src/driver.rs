@@ -8,6 +8,7 @@ use std::ffi::{c_int, c_long};
 /// Opens the driver (one more reference).
 #[no_mangle]
 pub extern "C" fn cuFileDriverOpen() -> CUfileError {
+    log::debug!("{}: cuFileDriverOpen", crate::IDENT);
     status(hipfs::driver_open)
 }
 

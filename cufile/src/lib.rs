@@ -28,6 +28,11 @@ pub use types::*;
 
 use hipfs::{Error, OpError, Result};
 
+/// The string that tells this library from NVIDIA's: `hipfs check` looks
+/// for it in the file a program would load (it is logged at driver open, so
+/// the linker keeps it).
+pub const IDENT: &str = "hipfs libcufile.so.0 (cuFile drop-in over the hipfs core)";
+
 /// `CUFILE_VERSION`-style number `cuFileGetVersion` reports: 1000 * major +
 /// 10 * minor of the cuFile level whose layouts and functions are here.
 pub const CUFILE_API_VERSION: i32 = 1150;
