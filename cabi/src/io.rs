@@ -122,6 +122,37 @@ fn check_args(size: usize, file_offset: HOff, buffer_offset: HOff) -> Result<()>
     Ok(())
 }
 
+/// One synchronous transfer of `size` bytes between the file at
+/// `file_offset` and `base + buffer_offset`, timed and counted as `op`.
+///
+/// # Safety
+/// For `Op::Read` the buffer range is writable, for `Op::Write` readable,
+/// memory (or device memory) of `size` bytes for the duration of the call.
+unsafe fn transfer(
+    op: Op,
+    fh: *mut c_void,
+    base: usize,
+    size: usize,
+    file_offset: HOff,
+    buffer_offset: HOff,
+) -> Result<usize> {
+    let timer = stats::Timer::start();
+    let r = handle::lookup(handle_id(fh)).and_then(|file| {
+        check_args(size, file_offset, buffer_offset)?;
+        // SAFETY: forwarded caller guarantee: the caller lends `base`
+        // (+offset, size bytes) for the call, writable for a read.
+        unsafe {
+            if op == Op::Read {
+                handle::read(&file, base, size, file_offset, buffer_offset)
+            } else {
+                handle::write(&file, base, size, file_offset, buffer_offset)
+            }
+        }
+    });
+    timer.finish(op, &r);
+    r
+}
+
 /// Reads `size` bytes at `file_offset` into `base + buffer_offset`.
 ///
 /// # Safety
@@ -134,15 +165,17 @@ pub unsafe fn read(
     file_offset: HOff,
     buffer_offset: HOff,
 ) -> Result<usize> {
-    let timer = stats::Timer::start();
-    let r = handle::lookup(handle_id(fh)).and_then(|file| {
-        check_args(size, file_offset, buffer_offset)?;
-        // SAFETY: the read contract: the caller lends `base` (+offset, size
-        // bytes) for the call.
-        unsafe { handle::read(&file, base as usize, size, file_offset, buffer_offset) }
-    });
-    timer.finish(Op::Read, &r);
-    r
+    // SAFETY: forwarded caller guarantee (writable).
+    unsafe {
+        transfer(
+            Op::Read,
+            fh,
+            base as usize,
+            size,
+            file_offset,
+            buffer_offset,
+        )
+    }
 }
 
 /// Writes `size` bytes from `base + buffer_offset` at `file_offset`.
@@ -156,13 +189,15 @@ pub unsafe fn write(
     file_offset: HOff,
     buffer_offset: HOff,
 ) -> Result<usize> {
-    let timer = stats::Timer::start();
-    let r = handle::lookup(handle_id(fh)).and_then(|file| {
-        check_args(size, file_offset, buffer_offset)?;
-        // SAFETY: the write contract: the caller lends `base` (+offset, size
-        // bytes) for the call.
-        unsafe { handle::write(&file, base as usize, size, file_offset, buffer_offset) }
-    });
-    timer.finish(Op::Write, &r);
-    r
+    // SAFETY: forwarded caller guarantee (readable).
+    unsafe {
+        transfer(
+            Op::Write,
+            fh,
+            base as usize,
+            size,
+            file_offset,
+            buffer_offset,
+        )
+    }
 }

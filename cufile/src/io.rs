@@ -98,8 +98,44 @@ unsafe fn vector<'a>(
     Ok(unsafe { std::slice::from_raw_parts(iov, n) })
 }
 
-/// Reads the file from `file_offset` into each vector entry in turn (as
-/// `preadv`): the total moved; stops early at end of file.
+/// Moves each vector entry in turn from `file_offset` on (as `preadv` /
+/// `pwritev`): the total moved; stops early at a short transfer (end of file).
+///
+/// # Safety
+/// `iov` is NULL or has `iovcnt` entries, each a range of its length that
+/// is writable (for a read) or readable memory for the call.
+unsafe fn vectored(
+    read: bool,
+    fh: *mut c_void,
+    iov: *const CUfileIoVec,
+    iovcnt: c_int,
+    file_offset: libc::off_t,
+    flags: c_uint,
+) -> isize {
+    ffi_ssize(|| {
+        // SAFETY: forwarded caller guarantee.
+        let v = unsafe { vector(iov, iovcnt, flags) }?;
+        let mut done = 0usize;
+        for e in v {
+            let off = file_offset.saturating_add(done as i64);
+            // SAFETY: forwarded caller guarantee on the entry's memory.
+            let n = unsafe {
+                if read {
+                    io::read(fh, e.base, e.len, off, 0)
+                } else {
+                    io::write(fh, e.base, e.len, off, 0)
+                }
+            }?;
+            done += n;
+            if n < e.len {
+                break;
+            }
+        }
+        Ok(done)
+    })
+}
+
+/// Reads the file from `file_offset` into each vector entry in turn.
 ///
 /// # Safety
 /// Each entry's range is writable memory of its length for the call.
@@ -111,24 +147,11 @@ pub unsafe extern "C" fn cuFileReadv(
     file_offset: libc::off_t,
     flags: c_uint,
 ) -> isize {
-    ffi_ssize(|| {
-        // SAFETY: forwarded caller guarantee.
-        let v = unsafe { vector(iov, iovcnt, flags) }?;
-        let mut done = 0usize;
-        for e in v {
-            let off = file_offset.saturating_add(done as i64);
-            // SAFETY: forwarded caller guarantee on the entry's memory.
-            let n = unsafe { io::read(fh, e.base, e.len, off, 0) }?;
-            done += n;
-            if n < e.len {
-                break;
-            }
-        }
-        Ok(done)
-    })
+    // SAFETY: forwarded caller guarantee.
+    unsafe { vectored(true, fh, iov, iovcnt, file_offset, flags) }
 }
 
-/// Writes each vector entry in turn from `file_offset` on (as `pwritev`).
+/// Writes each vector entry in turn from `file_offset` on.
 ///
 /// # Safety
 /// Each entry's range is readable memory of its length for the call.
@@ -140,19 +163,6 @@ pub unsafe extern "C" fn cuFileWritev(
     file_offset: libc::off_t,
     flags: c_uint,
 ) -> isize {
-    ffi_ssize(|| {
-        // SAFETY: forwarded caller guarantee.
-        let v = unsafe { vector(iov, iovcnt, flags) }?;
-        let mut done = 0usize;
-        for e in v {
-            let off = file_offset.saturating_add(done as i64);
-            // SAFETY: forwarded caller guarantee on the entry's memory.
-            let n = unsafe { io::write(fh, e.base, e.len, off, 0) }?;
-            done += n;
-            if n < e.len {
-                break;
-            }
-        }
-        Ok(done)
-    })
+    // SAFETY: forwarded caller guarantee.
+    unsafe { vectored(false, fh, iov, iovcnt, file_offset, flags) }
 }
