@@ -362,7 +362,9 @@ CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
 /* nr 1..128; all or nothing. */
 CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr, CUfileIOParams_t *iocbp,
                                   unsigned int flags);
-/* 0 < *nr, min_nr <= *nr; timeout relative (NULL: no limit), read leniently. */
+/* 0 < *nr, min_nr <= *nr; timeout relative. NULL, or a malformed timespec
+ * (negative seconds, nanoseconds outside 0..1e9), waits without limit for
+ * min_nr events, never longer than the batch can still produce. */
 CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp, unsigned min_nr, unsigned *nr,
                                      CUfileIOEvents_t *iocbp, struct timespec *timeout);
 CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp);

@@ -101,27 +101,28 @@ pub unsafe fn submit(
     r
 }
 
-/// The wait `timeout` asks for. hipFile refuses a malformed timespec;
+/// The wait `timeout` asks for. hipFile refuses a malformed timespec.
 /// cuFile clients pass odd ones (cuda-python hands a pointer to a 4-byte
-/// int), so cuFile clamps: a negative second count is 0, nanoseconds are
-/// taken modulo one second.
+/// int, so what follows it is whatever the heap holds), so for cuFile a
+/// malformed one (negative seconds, nanoseconds outside 0..1e9) waits
+/// without limit, as NULL does: the wait never outlasts what the batch can
+/// still produce, and those callers want their `min_nr` events.
 fn timeout(ts: *const libc::timespec, flavor: Flavor) -> Result<Option<Duration>> {
     if ts.is_null() {
         return Ok(None);
     }
     // SAFETY: non-NULL; the caller guarantees 16 readable bytes.
     let ts = unsafe { ts.read_unaligned() };
-    if flavor == Flavor::CuFile {
-        let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-        let nanos = ts.tv_nsec.rem_euclid(1_000_000_000) as u32;
-        return Ok(Some(Duration::new(secs, nanos)));
-    }
-    let secs = u64::try_from(ts.tv_sec).map_err(|_| invalid("timeout is negative"))?;
+    let secs = u64::try_from(ts.tv_sec).ok();
     let nanos = u32::try_from(ts.tv_nsec)
         .ok()
-        .filter(|n| *n < 1_000_000_000)
-        .ok_or_else(|| invalid("timeout tv_nsec is outside 0..1e9"))?;
-    Ok(Some(Duration::new(secs, nanos)))
+        .filter(|n| *n < 1_000_000_000);
+    match (secs, nanos, flavor) {
+        (Some(s), Some(n), _) => Ok(Some(Duration::new(s, n))),
+        (_, _, Flavor::CuFile) => Ok(None),
+        (None, _, Flavor::HipFile) => Err(invalid("timeout is negative")),
+        (_, None, Flavor::HipFile) => Err(invalid("timeout tv_nsec is outside 0..1e9")),
+    }
 }
 
 /// Collects up to `*nr` (>= 1) events, waiting for at least `min_nr`

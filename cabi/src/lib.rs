@@ -30,7 +30,7 @@ pub enum Flavor {
     /// malformed batch timeout is `InvalidValue`.
     HipFile,
     /// NVIDIA cuFile: any `HandleRegister` initialises the driver; a batch
-    /// timeout is read leniently (clamped), since clients pass odd ones.
+    /// timeout waits without limit, since clients pass odd ones.
     CuFile,
 }
 

@@ -36,8 +36,8 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
 }
 
 /// Collects up to `*nr` events, waiting for `min_nr` until `timeout`
-/// (NULL: no limit; a negative second count is 0, nanoseconds are taken
-/// modulo one second).
+/// (NULL, or a malformed timespec: no limit, never longer than the batch
+/// can still produce events).
 ///
 /// # Safety
 /// `nr` is NULL or valid; `iocbp` is NULL or has `*nr` writable entries;

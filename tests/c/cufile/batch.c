@@ -117,26 +117,28 @@ int main(int argc, char **argv) {
     CHECK(pread(fd, back, sizeof back, 500000) == (ssize_t)sizeof back);
     CHECK(matches_pattern(back, sizeof back, 0, 77));
 
-    /* cuFile's lenient timeouts: a negative second count is no wait,
-     * nanoseconds beyond a second wrap, and the 16 bytes behind a 4-byte
-     * int (as cuda-python passes) are taken as they come. */
+    /* cuFile's lenient timeouts: a malformed timespec (negative seconds,
+     * nanoseconds past a second, or the 16 bytes behind a 4-byte int as
+     * cuda-python passes) waits without limit for min_nr events, never for
+     * more than the batch can produce (here: none are outstanding). */
     struct timespec neg = {-5, 0}, big_ns = {0, 5000000001L};
     nr = 4;
-    CHECK_OK(cuFileBatchIOGetStatus(b, 0, &nr, ev, &neg));
+    CHECK_OK(cuFileBatchIOGetStatus(b, 4, &nr, ev, &neg));
     CHECK(nr == 0);
     nr = 4;
-    CHECK_OK(cuFileBatchIOGetStatus(b, 0, &nr, ev, &big_ns));
+    CHECK_OK(cuFileBatchIOGetStatus(b, 4, &nr, ev, &big_ns));
     CHECK(nr == 0);
     struct {
         int value;
         unsigned int garbage;
         long more_garbage;
     } ctypes_int = {10000, 0xffffffffu, -77};
-    set_op(&ops[0], fh, buf, 0, 0, 4096, CUFILE_READ, 5);
-    CHECK_OK(cuFileBatchIOSubmit(b, 1, ops, 0));
-    nr = 1;
-    CHECK_OK(cuFileBatchIOGetStatus(b, 1, &nr, ev, (struct timespec *)(void *)&ctypes_int));
-    CHECK(nr == 1 && ev[0].status == CUFILE_COMPLETE && ev[0].ret == 4096);
+    for (unsigned i = 0; i < 4; i++) set_op(&ops[i], fh, buf, (off_t)i * 4096, 0, 4096, CUFILE_READ, 5 + i);
+    CHECK_OK(cuFileBatchIOSubmit(b, 4, ops, 0));
+    nr = 4;
+    CHECK_OK(cuFileBatchIOGetStatus(b, 4, &nr, ev, (struct timespec *)(void *)&ctypes_int));
+    CHECK(nr == 4);
+    for (unsigned i = 0; i < 4; i++) CHECK(ev[i].status == CUFILE_COMPLETE && ev[i].ret == 4096);
 
     /* Over capacity across submits: 16 queued, a 17th is refused. */
     for (unsigned i = 0; i < OPS + 1; i++) set_op(&ops[i], fh, buf, 0, 0, 512, CUFILE_READ, i);
