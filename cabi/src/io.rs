@@ -35,14 +35,14 @@ pub unsafe fn handle_register(
         hipfs::driver_open()?;
     }
     // SAFETY: forwarded caller guarantee.
-    let r = unsafe { register(fh, descr) };
+    let r = unsafe { register(fh, descr, flavor) };
     stats::count(Op::HandleRegister, r.is_ok());
     r
 }
 
 /// # Safety
 /// As [`handle_register`].
-unsafe fn register(fh: *mut *mut c_void, descr: *const Descr) -> Result<()> {
+unsafe fn register(fh: *mut *mut c_void, descr: *const Descr, flavor: Flavor) -> Result<()> {
     if fh.is_null() || descr.is_null() {
         return Err(invalid("fh and descr must not be NULL"));
     }
@@ -66,6 +66,10 @@ unsafe fn register(fh: *mut *mut c_void, descr: *const Descr) -> Result<()> {
         }
         _ => None,
     };
+    let (kind, fs) = match (flavor, kind) {
+        (Flavor::CuFile, FileHandleType::OpaqueFd) => hipfs_mount_upgrade(fd),
+        _ => (kind, fs),
+    };
     let no_ops = kind == FileHandleType::UserspaceFs && fs.is_none();
     let id = handle::handle_register(fd, kind, fs).map_err(|e| {
         if no_ops && e.op() == OpError::IoNotSupported {
@@ -76,6 +80,21 @@ unsafe fn register(fh: *mut *mut c_void, descr: *const Descr) -> Result<()> {
     })?;
     // SAFETY: checked non-NULL above; writable (caller's contract).
     unsafe { write_out(fh, id as usize as *mut c_void, "fh") }
+}
+
+/// cuFile clients only know OPAQUE_FD handles, so for cuFile a file on a
+/// hipfs mount is bound to the remote client's direct path (as a hipFile
+/// USERSPACE_FS handle with `fs_ops == NULL` is) instead of going through
+/// FUSE; if binding fails the fd is used as it is.
+fn hipfs_mount_upgrade(fd: c_int) -> (FileHandleType, Option<Arc<dyn UserspaceFs>>) {
+    match hipfs::remote::client::direct::resolve(fd) {
+        Some(Ok(fs)) => (FileHandleType::UserspaceFs, Some(fs)),
+        Some(Err(e)) => {
+            log::warn!("fd {fd} is on a hipfs mount but its direct path failed ({e}); reading through the mount");
+            (FileHandleType::OpaqueFd, None)
+        }
+        None => (FileHandleType::OpaqueFd, None),
+    }
 }
 
 /// Deregisters a handle; unknown handles are ignored (the C function is void).
