@@ -12,7 +12,8 @@
 # test_defaults with KVIKIO_COMPAT_MODE=OFF), torch (GdsFile round trips +
 # gds_register_buffer, GdsFile vs torch.load), bench (KvikIO through hipfs'
 # libcufile vs KvikIO POSIX vs `hipfs bench read --gpu`, same file, same run),
-# nvidia (cuda-python's tests on NVIDIA's own libcufile, for comparison; off by
+# mount (KvikIO reading a file on a hipfs mount through hipfs' libcufile, which
+# binds it to the direct remote path, beside `hipfs bench userspace --gpu`), nvidia (cuda-python's tests on NVIDIA's own libcufile, for comparison; off by
 # default). Each step prints a PASS/FAIL/SKIP line; the summary at the end
 # lists them, and the exit status is 1 if any step failed.
 # Output goes to stdout and, when $OUT is set (device tool), to $OUT/cufile-clients.log.
@@ -23,7 +24,7 @@ G=$R/.gpu
 LIB=$G/lib/libcufile.so.0
 LOG=${OUT:-/tmp}/cufile-clients.log
 exec > >(tee "$LOG") 2>&1
-STEPS=${CUFILE_STEPS:-probe,cudapython,kvikio,torch,bench}
+STEPS=${CUFILE_STEPS:-probe,cudapython,kvikio,torch,bench,mount}
 BENCH_SIZE=${CUFILE_BENCH_SIZE:-8G}
 step() { [[ ",$STEPS," == *",$1,"* ]]; }
 say() { echo; echo "== $* ($(date +%T))"; }
@@ -197,6 +198,32 @@ if step bench; then
         result bench SKIP "kvikio/cupy not importable"
     fi
     rm -f "$F"
+fi
+
+if step mount; then
+    say "KvikIO on a hipfs mount through hipfs' libcufile (direct remote path) vs hipfs bench userspace --gpu (${MOUNT_SIZE:=4G})"
+    E=$W/export; M=$W/mnt; mkdir -p "$E" "$M"
+    timeout 200 "$G/bin/hipfs" bench read "$E/kv.bin" --create "$MOUNT_SIZE" --repeats 1 >/dev/null 2>&1 || true
+    if ! python3 -c 'import kvikio, cupy' 2>/dev/null; then
+        result mount SKIP "kvikio/cupy not importable"
+    elif ! "$G/bin/hipfs" mount --local "$E" "$M"; then
+        result mount FAIL "hipfs mount --local failed"
+    else
+        # HIPFS_STATS=1: the library prints which path moved the bytes at driver close.
+        env LD_PRELOAD="$LIB" KVIKIO_COMPAT_MODE=OFF HIPFS_STATS=1 timeout 200 python3 "$R/scripts/gpu/kvikio_rw.py" "$M/kv.bin" read 3 2>&1 |
+            tee "$W/kv-mount.txt"
+        "$G/bin/hipfs" umount "$M" || true
+        echo "-- the direct path's own figure: hipfs bench userspace --gpu (same file, loopback server)"
+        timeout 200 "$G/bin/hipfs" bench userspace "$E/kv.bin" --gpu --repeats 3 2>&1 | tee "$W/us-bench.txt"
+        a=$(grep -o 'GiB/s=[0-9.]*' "$W/kv-mount.txt" | cut -d= -f2 | sort -g | tail -1)
+        remote=$(awk '$1 == "remote" {print $2}' "$W/kv-mount.txt" | tail -1)
+        if [ -n "$a" ]; then
+            result mount PASS "KvikIO on a hipfs mount $a GiB/s; bytes through the direct remote path at close: ${remote:-not printed} (compare the bench userspace lines)"
+        else
+            result mount FAIL "KvikIO printed no figure on the mount (see above)"
+        fi
+    fi
+    rm -f "$E/kv.bin"
 fi
 
 say "summary"
