@@ -1,5 +1,5 @@
 /*
- * hipfile.h - the hipFile C API (AMD hipFile 0.4 line, a one-to-one rename
+ * hipfile.h - the hipFile C API (AMD hipFile 0.5 line, a one-to-one rename
  * of NVIDIA cuFile), implemented by hipfs' libhipfile.so.
  *
  * Build:  cc prog.c $(pkg-config --cflags --libs hipfile)
@@ -16,8 +16,8 @@
  * Return conventions: functions returning hipFileError_t return it by
  * value; hipFileRead/hipFileWrite return bytes moved (short only at end of
  * file), -1 with errno set for a system error, or -hipFileOpError_t (e.g.
- * -5027) for a hipFile error; before the driver is open they return -1
- * with errno = EINVAL.
+ * -5027) for a hipFile error; a negative offset, and any call before the
+ * driver is open, returns -1 with errno = EINVAL.
  *
  * Thread safety: every function may be called from any thread. The
  * hipFileFSOps_t callbacks are called from the calling thread or from the
@@ -82,7 +82,7 @@ extern "C" {
 
 /* ---- version ---------------------------------------------------------- */
 #define HIPFILE_VERSION_MAJOR 0
-#define HIPFILE_VERSION_MINOR 4
+#define HIPFILE_VERSION_MINOR 5
 #define HIPFILE_VERSION_PATCH 0
 
 /* ---- errors ----------------------------------------------------------- */
@@ -306,9 +306,12 @@ typedef struct hipFileIOEvents {
 #define HIPFILE_STREAM_FIXED_FILE_SIZE 4
 #define HIPFILE_STREAM_PAGE_ALIGNED_INPUTS 8
 #define HIPFILE_STREAM_FLAGS_MASK 0xf
+/* Registration is optional: I/O on a stream never registered behaves as on
+ * one registered with flags 0. Registering a registered stream, or
+ * deregistering one that is not, is hipFileInvalidValue. */
 
 /* ---- parameters (set only while the driver is closed) ------------------ */
-typedef enum hipFileSizeTConfigParameter {
+typedef enum hipFileSizeTConfigParameter_t {
     hipFileParamProfileStats = 0,
     hipFileParamExecutionMaxIOQueueDepth,
     hipFileParamExecutionMaxIOThreads,
@@ -323,7 +326,7 @@ typedef enum hipFileSizeTConfigParameter {
     hipFileParamPropertiesBatchIOTimeoutMs
 } hipFileSizeTConfigParameter_t;
 
-typedef enum hipFileBoolConfigParameter {
+typedef enum hipFileBoolConfigParameter_t {
     hipFileParamPropertiesUsePollMode = 0,
     hipFileParamPropertiesAllowCompatMode,
     hipFileParamForceCompatMode,
@@ -341,11 +344,117 @@ typedef enum hipFileBoolConfigParameter {
     hipFileParamHipfsOpaqueFdDirect = 100
 } hipFileBoolConfigParameter_t;
 
-typedef enum hipFileStringConfigParameter {
+typedef enum hipFileStringConfigParameter_t {
     hipFileParamLoggingLevel = 0,
     hipFileParamEnvLogfilePath,
     hipFileParamLogDir
 } hipFileStringConfigParameter_t;
+
+/* ---- statistics (hipFile 0.5; the layouts of cuFile 1.15) -------------- */
+#define HIPFILE_MAX_GPUS 16
+#define HIPFILE_GPU_UUID_LEN 16
+
+typedef struct hipFileOpCounter {
+    uint64_t ok;
+    uint64_t err;
+} hipFileOpCounter_t;
+
+/* 512 bytes. Rates and averages are computed when the snapshot is taken. */
+typedef struct hipFileStatsLevel1 {
+    hipFileOpCounter_t read_ops;
+    hipFileOpCounter_t write_ops;
+    hipFileOpCounter_t hdl_register_ops;
+    hipFileOpCounter_t hdl_deregister_ops;
+    hipFileOpCounter_t buf_register_ops;
+    hipFileOpCounter_t buf_deregister_ops;
+    uint64_t read_bytes;
+    uint64_t write_bytes;
+    uint64_t read_bw_bytes_per_sec;
+    uint64_t write_bw_bytes_per_sec;
+    uint64_t read_lat_avg_us;
+    uint64_t write_lat_avg_us;
+    uint64_t read_ops_per_sec;
+    uint64_t write_ops_per_sec;
+    uint64_t read_lat_sum_us;
+    uint64_t write_lat_sum_us;
+    hipFileOpCounter_t batch_submit_ops;
+    hipFileOpCounter_t batch_complete_ops;
+    hipFileOpCounter_t batch_setup_ops;
+    hipFileOpCounter_t batch_cancel_ops;
+    hipFileOpCounter_t batch_destroy_ops;
+    hipFileOpCounter_t batch_enqueued_ops;
+    hipFileOpCounter_t batch_posix_enqueued_ops;
+    hipFileOpCounter_t batch_processed_ops;
+    hipFileOpCounter_t batch_posix_processed_ops;
+    hipFileOpCounter_t batch_nvfs_submit_ops;
+    hipFileOpCounter_t batch_p2p_submit_ops;
+    hipFileOpCounter_t batch_aio_submit_ops;
+    hipFileOpCounter_t batch_iouring_submit_ops;
+    hipFileOpCounter_t batch_mixed_io_submit_ops;
+    hipFileOpCounter_t batch_total_submit_ops;
+    uint64_t batch_read_bytes;
+    uint64_t batch_write_bytes;
+    uint64_t batch_read_bw_bytes;
+    uint64_t batch_write_bw_bytes;
+    uint64_t batch_submit_lat_avg_us;
+    uint64_t batch_completion_lat_avg_us;
+    uint64_t batch_submit_ops_per_sec;
+    uint64_t batch_complete_ops_per_sec;
+    uint64_t batch_submit_lat_sum_us;
+    uint64_t batch_completion_lat_sum_us;
+    uint64_t last_batch_read_bytes;
+    uint64_t last_batch_write_bytes;
+} hipFileStatsLevel1_t;
+
+/* 1024 bytes. Histograms of sizes: bucket 0 is under 1 KiB, bucket i is
+ * [2^(i-1), 2^i) KiB, the last takes everything larger. */
+typedef struct hipFileStatsLevel2 {
+    hipFileStatsLevel1_t basic;
+    uint64_t read_size_kb_hist[32];
+    uint64_t write_size_kb_hist[32];
+} hipFileStatsLevel2_t;
+
+/* 248 bytes. */
+typedef struct hipFilePerGpuStats {
+    char uuid[HIPFILE_GPU_UUID_LEN];
+    uint64_t read_bytes;
+    uint64_t read_bw_bytes_per_sec;
+    uint64_t read_utilization;
+    uint64_t read_duration_us;
+    uint64_t n_total_reads;
+    uint64_t n_p2p_reads;
+    uint64_t n_nvfs_reads;
+    uint64_t n_posix_reads;
+    uint64_t n_unaligned_reads;
+    uint64_t n_dr_reads;
+    uint64_t n_sparse_regions;
+    uint64_t n_inline_regions;
+    uint64_t n_reads_err;
+    uint64_t write_bytes;
+    uint64_t write_bw_bytes_per_sec;
+    uint64_t write_utilization;
+    uint64_t write_duration_us;
+    uint64_t n_total_writes;
+    uint64_t n_p2p_writes;
+    uint64_t n_nvfs_writes;
+    uint64_t n_posix_writes;
+    uint64_t n_unaligned_writes;
+    uint64_t n_dr_writes;
+    uint64_t n_writes_err;
+    uint64_t n_mmap;
+    uint64_t n_mmap_ok;
+    uint64_t n_mmap_err;
+    uint64_t n_mmap_free;
+    uint64_t reg_bytes;
+} hipFilePerGpuStats_t;
+
+/* 5000 bytes. hipfs keeps process-wide figures and reports them as GPU 0's
+ * (num_gpus 1) when a GPU runtime is active, num_gpus 0 otherwise. */
+typedef struct hipFileStatsLevel3 {
+    hipFileStatsLevel2_t detailed;
+    uint32_t num_gpus;
+    hipFilePerGpuStats_t per_gpu_stats[HIPFILE_MAX_GPUS];
+} hipFileStatsLevel3_t;
 
 /* ---- functions -------------------------------------------------------- */
 hipFileError_t hipFileDriverOpen(void);
@@ -369,8 +478,11 @@ ssize_t hipFileWrite(hipFileHandle_t fh, const void *buffer_base, size_t size, h
                      hoff_t buffer_offset);
 
 hipFileError_t hipFileBatchIOSetUp(hipFileBatchHandle_t *batch_idp, unsigned max_nr);
+/* nr must be 1..max_nr (nr == 0 is hipFileInvalidValue); all or nothing. */
 hipFileError_t hipFileBatchIOSubmit(hipFileBatchHandle_t batch_idp, unsigned nr,
                                     hipFileIOParams_t *iocbp, unsigned int flags);
+/* *nr must be > 0 and min_nr <= *nr (else hipFileInvalidValue); timeout
+ * is relative, NULL waits without limit. */
 hipFileError_t hipFileBatchIOGetStatus(hipFileBatchHandle_t batch_idp, unsigned min_nr,
                                        unsigned *nr, hipFileIOEvents_t *iocbp,
                                        struct timespec *timeout);
@@ -396,6 +508,13 @@ hipFileError_t hipFileSetParameterSizeT(hipFileSizeTConfigParameter_t param, siz
 hipFileError_t hipFileSetParameterBool(hipFileBoolConfigParameter_t param, bool value);
 hipFileError_t hipFileSetParameterString(hipFileStringConfigParameter_t param,
                                          const char *desc_str);
+
+/* Snapshots of the statistics this library collected. The level is
+ * HIPFILE_STATS_LEVEL (0 = off, the default; 1..3), read once; asking for
+ * a level above it, or passing NULL, is hipFileInvalidValue. */
+hipFileError_t hipFileGetStatsL1(hipFileStatsLevel1_t *stats);
+hipFileError_t hipFileGetStatsL2(hipFileStatsLevel2_t *stats);
+hipFileError_t hipFileGetStatsL3(hipFileStatsLevel3_t *stats);
 
 #ifdef __cplusplus
 }

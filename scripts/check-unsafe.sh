@@ -5,7 +5,8 @@
 # Allowed: the syscall layer (sys/), the GPU runtimes (src/gpu/cuda.rs,
 # hip.rs, host.rs, and the RAII handles in src/gpu/mod.rs), the verbs layer
 # (rdma/src/verbs/), the transport's raw socket and memory layer
-# (rdma/src/tcp/sock.rs, rdma/src/mem.rs), the C ABI (capi/, src/capi/),
+# (rdma/src/tcp/sock.rs, rdma/src/mem.rs), the C ABIs (capi/, cufile/ and
+# the code they share, cabi/; src/capi/),
 # the Python extension's FFI (python/src/), and the lent-memory module
 # (src/lent.rs): the one place where memory callers lend by address (C,
 # Python, `unsafe Buffer::new`) becomes `&[u8]`/`&mut [u8]`; its module doc
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-allowed='^(sys/|src/lent\.rs$|src/gpu/(cuda|hip|host|mod)\.rs$|rdma/src/verbs/|rdma/src/tcp/(sock|stream)\.rs$|rdma/src/mem\.rs$|capi/|src/capi/|python/src/)'
+allowed='^(sys/|src/lent\.rs$|src/gpu/(cuda|hip|host|mod)\.rs$|rdma/src/verbs/|rdma/src/tcp/(sock|stream)\.rs$|rdma/src/mem\.rs$|capi/|cabi/|cufile/|src/capi/|python/src/)'
 
 # What counts: `unsafe { ... }` blocks and `unsafe impl`s, outside comments.
 # With `unsafe_op_in_unsafe_fn = "deny"` every unsafe operation sits in such
@@ -32,7 +33,7 @@ while IFS= read -r f; do
     n=$(grep -cE "$pattern" "$f" || true)
     echo "$f: $n unsafe block(s)/impl(s)"
     bad=1
-done < <(grep -rlE --include='*.rs' "$pattern" src rdma/src fusefs/src cli/src sys/src capi python/src 2>/dev/null | sort)
+done < <(grep -rlE --include='*.rs' "$pattern" src rdma/src fusefs/src cli/src sys/src capi cabi cufile python/src 2>/dev/null | sort)
 
 if [[ $bad -ne 0 ]]; then
     echo "check-unsafe: unsafe outside the allowed layers (see the list above)" >&2

@@ -49,10 +49,10 @@ pub use stream::{
 };
 pub use userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 
-/// Library version (the hipFile 0.4 line).
+/// Library version (the hipFile 0.5 line).
 pub const VERSION_MAJOR: u32 = 0;
 /// Minor version of the hipFile API implemented.
-pub const VERSION_MINOR: u32 = 4;
+pub const VERSION_MINOR: u32 = 5;
 /// Patch version.
 pub const VERSION_PATCH: u32 = 0;
 

@@ -3,10 +3,9 @@
 //! work enqueued before it and before the work enqueued after it.
 //!
 //! Rules (the C ABI relies on these):
-//! - A stream must be registered ([`stream_register`]) before I/O is
-//!   enqueued on it; an unregistered stream is `InvalidValue`. Registering a
-//!   registered stream again replaces its flags (operations already enqueued
-//!   keep what they captured), so a library and its caller may both register.
+//! - Registration ([`stream_register`]) is an optimisation, as in cuFile and
+//!   hipFile 0.5: I/O on a stream never registered acts as on one registered
+//!   with flags 0. Registering a registered stream again is `InvalidValue`.
 //! - The size, file offset and buffer offset are read when the stream runs
 //!   the operation, unless the stream was registered with the matching
 //!   `STREAM_FIXED_*` flag: then that value is read at enqueue time (and a
@@ -74,12 +73,18 @@ pub const STREAM_PAGE_ALIGNED_INPUTS: u32 = 8;
 pub const STREAM_FLAGS_MASK: u32 = 0xf;
 
 /// Registers `stream` for async I/O with `flags` (within [`STREAM_FLAGS_MASK`]).
-/// Registering again replaces the flags.
+/// A stream registered already is `InvalidValue`.
 pub fn stream_register(stream: usize, flags: u32) -> Result<()> {
     if flags & !STREAM_FLAGS_MASK != 0 {
         return Err(Error::new(
             OpError::InvalidValue,
             format!("stream flags {flags:#x} are outside {STREAM_FLAGS_MASK:#x}"),
+        ));
+    }
+    if stream_flags(stream).is_some() {
+        return Err(Error::new(
+            OpError::InvalidValue,
+            format!("stream {stream:#x} is registered already"),
         ));
     }
     if crate::gpu::runtime().name() != "host" {
@@ -466,12 +471,15 @@ fn enqueue<S: ArgSlots>(
     slots: S,
     stream: ForeignStream,
 ) -> Result<()> {
-    let flags = stream_flags(stream.key()).ok_or_else(|| {
-        invalid(format!(
-            "stream {:#x} is not registered; call stream_register first",
-            stream.key()
-        ))
-    })?;
+    let flags = match stream_flags(stream.key()) {
+        Some(flags) => flags,
+        None => {
+            if crate::gpu::runtime().name() != "host" {
+                Completions::ensure_word(stream.key())?;
+            }
+            0
+        }
+    };
     if base == 0 {
         return Err(invalid("buffer pointer is null"));
     }
@@ -991,8 +999,11 @@ mod tests {
             OpError::InvalidValue
         );
         assert_eq!(stream_flags(s), None);
-        stream_register(s, STREAM_FLAGS_MASK).unwrap();
         stream_register(s, STREAM_FIXED_FILE_SIZE).unwrap();
+        assert_eq!(
+            stream_register(s, STREAM_FLAGS_MASK).unwrap_err().op(),
+            OpError::InvalidValue
+        );
         assert_eq!(stream_flags(s), Some(STREAM_FIXED_FILE_SIZE));
         stream_deregister(s).unwrap();
         assert_eq!(

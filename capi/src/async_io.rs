@@ -1,20 +1,8 @@
-//! Batch and stream-ordered I/O over the core's `batch` and `stream` modules.
-//!
-//! A C `hipFileBatchHandle_t` is the core batch id cast to a pointer; a
-//! `hipStream_t` is passed to the core as its address.
+//! Batch and stream-ordered I/O.
 
-use crate::io::handle_id;
-use crate::types::{HOff, HipFileError, HipFileIoEvents, HipFileIoParams, BATCH_MODE_BATCH};
-use crate::{ffi_status, invalid};
-use hipfs::batch::{self, IoParams, Opcode};
-use hipfs::config::MAX_BATCH_IO_COUNT;
-use hipfs::error::{Error, OpError, Result};
+use crate::types::{HOff, HipFileError, HipFileIoEvents, HipFileIoParams};
+use hipfs_cabi::{batch, ffi_status, Flavor};
 use std::ffi::{c_uint, c_void};
-use std::time::Duration;
-
-fn batch_id(p: *mut c_void) -> u64 {
-    p as usize as u64
-}
 
 /// Sets up a batch of at most `max_nr` (1..=128) operations.
 ///
@@ -25,41 +13,11 @@ pub unsafe extern "C" fn hipFileBatchIOSetUp(
     batch_idp: *mut *mut c_void,
     max_nr: c_uint,
 ) -> HipFileError {
-    ffi_status(|| {
-        if batch_idp.is_null() {
-            return Err(invalid("batch_idp is NULL"));
-        }
-        let id = batch::batch_setup(max_nr)?;
-        // SAFETY: non-NULL and writable (caller's contract).
-        unsafe { batch_idp.write_unaligned(id as usize as *mut c_void) };
-        Ok(())
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { batch::setup(batch_idp, max_nr) })
 }
 
-fn convert(i: usize, p: &HipFileIoParams) -> Result<IoParams> {
-    if p.mode != BATCH_MODE_BATCH {
-        return Err(invalid(&format!(
-            "operation {i}: mode {} is not hipFileBatch",
-            p.mode
-        )));
-    }
-    let opcode = u32::try_from(p.opcode)
-        .map_err(|_| invalid(&format!("operation {i}: negative opcode")))
-        .and_then(Opcode::from_raw)?;
-    // SAFETY: `batch` is the union's only member; every field is plain data.
-    let b = unsafe { p.u.batch };
-    Ok(IoParams {
-        handle: handle_id(p.fh),
-        opcode,
-        buf_base: b.dev_ptr_base as usize,
-        buf_offset: b.dev_ptr_offset,
-        file_offset: b.file_offset,
-        size: b.size,
-        cookie: p.cookie as usize,
-    })
-}
-
-/// Queues `nr` operations, all or nothing.
+/// Queues `nr` (1..=128) operations, all or nothing.
 ///
 /// # Safety
 /// `params` is NULL or points to `nr` entries; each operation's memory stays
@@ -71,48 +29,11 @@ pub unsafe extern "C" fn hipFileBatchIOSubmit(
     params: *mut HipFileIoParams,
     flags: c_uint,
 ) -> HipFileError {
-    ffi_status(|| {
-        if nr > MAX_BATCH_IO_COUNT {
-            // Refused before touching the array: no batch holds more.
-            return Err(Error::new(
-                OpError::BatchFull,
-                format!("{nr} operations exceed the batch limit of {MAX_BATCH_IO_COUNT}"),
-            ));
-        }
-        if nr > 0 && params.is_null() {
-            return Err(invalid("params is NULL"));
-        }
-        let raw: &[HipFileIoParams] = if nr == 0 {
-            &[]
-        } else {
-            // SAFETY: non-NULL and `nr` entries long (caller's contract).
-            unsafe { std::slice::from_raw_parts(params, nr as usize) }
-        };
-        let ops = raw
-            .iter()
-            .enumerate()
-            .map(|(i, p)| convert(i, p))
-            .collect::<Result<Vec<_>>>()?;
-        // SAFETY: forwarded caller guarantee on the operations' memory.
-        unsafe { batch::batch_submit(batch_id(batch_idp), &ops, flags) }
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { batch::submit(batch_idp, nr, params, flags) })
 }
 
-fn timeout(ts: *const libc::timespec) -> Result<Option<Duration>> {
-    if ts.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: non-NULL; the caller guarantees a valid timespec.
-    let ts = unsafe { ts.read_unaligned() };
-    let secs = u64::try_from(ts.tv_sec).map_err(|_| invalid("timeout is negative"))?;
-    let nanos = u32::try_from(ts.tv_nsec)
-        .ok()
-        .filter(|n| *n < 1_000_000_000)
-        .ok_or_else(|| invalid("timeout tv_nsec is outside 0..1e9"))?;
-    Ok(Some(Duration::new(secs, nanos)))
-}
-
-/// Collects up to `*nr` events, waiting for at least `min_nr` until
+/// Collects up to `*nr` (>= 1) events, waiting for at least `min_nr` until
 /// `timeout` (relative; NULL waits without limit); `*nr` becomes the count.
 ///
 /// # Safety
@@ -124,51 +45,24 @@ pub unsafe extern "C" fn hipFileBatchIOGetStatus(
     min_nr: c_uint,
     nr: *mut c_uint,
     events: *mut HipFileIoEvents,
-    timeout_p: *mut libc::timespec,
+    timeout: *mut libc::timespec,
 ) -> HipFileError {
-    ffi_status(|| {
-        if nr.is_null() {
-            return Err(invalid("nr is NULL"));
-        }
-        // SAFETY: non-NULL, valid (caller's contract).
-        let max = unsafe { nr.read_unaligned() };
-        if max > 0 && events.is_null() {
-            return Err(invalid("events is NULL"));
-        }
-        let wait = timeout(timeout_p)?;
-        let got =
-            batch::batch_get_status(batch_id(batch_idp), min_nr as usize, max as usize, wait)?;
-        for (i, ev) in got.iter().enumerate() {
-            let out = HipFileIoEvents {
-                cookie: ev.cookie as *mut c_void,
-                status: ev.status as i32,
-                // A negative error is handed over cast to size_t, as upstream.
-                ret: ev.ret as usize,
-            };
-            // SAFETY: i < got.len() <= max entries, writable (caller's contract).
-            unsafe { events.add(i).write_unaligned(out) };
-        }
-        // SAFETY: as above.
-        unsafe { nr.write_unaligned(got.len() as c_uint) };
-        Ok(())
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe {
+        batch::get_status(batch_idp, min_nr, nr, events, timeout, Flavor::HipFile)
     })
 }
 
 /// Cancels the batch's operations that have not started.
 #[no_mangle]
 pub extern "C" fn hipFileBatchIOCancel(batch_idp: *mut c_void) -> HipFileError {
-    ffi_status(|| batch::batch_cancel(batch_id(batch_idp)))
+    ffi_status(|| batch::cancel(batch_idp))
 }
 
 /// Destroys a batch (waiting for running operations); unknown ids are ignored.
 #[no_mangle]
 pub extern "C" fn hipFileBatchIODestroy(batch_idp: *mut c_void) {
-    let id = batch_id(batch_idp);
-    match std::panic::catch_unwind(|| batch::batch_destroy(id)) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => log::debug!("hipFileBatchIODestroy: {e}"),
-        Err(_) => log::error!("hipFileBatchIODestroy: internal error destroying batch {id}"),
-    }
+    batch::destroy(batch_idp)
 }
 
 /// Enqueues a read on `stream` (see the stream rules in `hipfile.h`).
@@ -185,19 +79,18 @@ pub unsafe extern "C" fn hipFileReadAsync(
     bytes_read_p: *mut isize,
     stream: *mut c_void,
 ) -> HipFileError {
-    ffi_status(|| {
-        // SAFETY: forwarded caller guarantee.
-        unsafe {
-            hipfs::stream::read_async(
-                handle_id(fh),
-                base as usize,
-                size_p,
-                file_offset_p,
-                buffer_offset_p,
-                bytes_read_p,
-                stream as usize,
-            )
-        }
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe {
+        batch::enqueue(
+            true,
+            fh,
+            base,
+            size_p,
+            file_offset_p,
+            buffer_offset_p,
+            bytes_read_p,
+            stream,
+        )
     })
 }
 
@@ -215,23 +108,23 @@ pub unsafe extern "C" fn hipFileWriteAsync(
     bytes_written_p: *mut isize,
     stream: *mut c_void,
 ) -> HipFileError {
-    ffi_status(|| {
-        // SAFETY: forwarded caller guarantee.
-        unsafe {
-            hipfs::stream::write_async(
-                handle_id(fh),
-                base as usize,
-                size_p,
-                file_offset_p,
-                buffer_offset_p,
-                bytes_written_p,
-                stream as usize,
-            )
-        }
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe {
+        batch::enqueue(
+            false,
+            fh,
+            base,
+            size_p,
+            file_offset_p,
+            buffer_offset_p,
+            bytes_written_p,
+            stream,
+        )
     })
 }
 
-/// Registers `stream` for async I/O with `flags` (within `HIPFILE_STREAM_FLAGS_MASK`).
+/// Registers `stream` for async I/O with `flags` (within
+/// `HIPFILE_STREAM_FLAGS_MASK`); a registered stream is `hipFileInvalidValue`.
 #[no_mangle]
 pub extern "C" fn hipFileStreamRegister(stream: *mut c_void, flags: c_uint) -> HipFileError {
     ffi_status(|| hipfs::stream::stream_register(stream as usize, flags))

@@ -1,11 +1,10 @@
 //! Driver, version, error strings and the parameter API.
 
 use crate::types::{HipFileDriverProps, HipFileError, HipFileNvfsProps};
-use crate::{ffi_status, invalid, op_status};
-use hipfs::config::{BoolParam, SizeTParam, StringParam};
-use hipfs::error::{OpError, Result};
+use hipfs::error::OpError;
+use hipfs_cabi::params::{self, bool_param, size_param};
+use hipfs_cabi::{ffi_status, ffi_value, invalid, op_status};
 use std::ffi::{c_char, c_int, c_uint, CStr, CString};
-use std::panic::catch_unwind;
 use std::sync::OnceLock;
 
 /// Opens the driver (one more reference).
@@ -23,7 +22,7 @@ pub extern "C" fn hipFileDriverClose() -> HipFileError {
 /// The driver's reference count.
 #[no_mangle]
 pub extern "C" fn hipFileUseCount() -> i64 {
-    catch_unwind(hipfs::use_count).unwrap_or(-1)
+    ffi_value(-1, hipfs::use_count)
 }
 
 /// Fills `*props` (sizes in KiB).
@@ -125,34 +124,12 @@ fn error_strings() -> &'static [(c_int, CString)] {
 #[no_mangle]
 pub extern "C" fn hipFileGetOpErrorString(status: c_int) -> *const c_char {
     const UNKNOWN: &CStr = c"Unknown hipFile error";
-    catch_unwind(|| {
+    ffi_value(UNKNOWN.as_ptr(), || {
         error_strings()
             .iter()
             .find(|(code, _)| *code == status)
             .map_or(UNKNOWN.as_ptr(), |(_, s)| s.as_ptr())
     })
-    .unwrap_or(UNKNOWN.as_ptr())
-}
-
-fn size_param(param: c_int) -> Result<SizeTParam> {
-    u32::try_from(param)
-        .ok()
-        .and_then(SizeTParam::from_ordinal)
-        .ok_or_else(|| invalid("unknown size_t parameter"))
-}
-
-fn bool_param(param: c_int) -> Result<BoolParam> {
-    u32::try_from(param)
-        .ok()
-        .and_then(BoolParam::from_c_ordinal)
-        .ok_or_else(|| invalid("unknown bool parameter"))
-}
-
-fn string_param(param: c_int) -> Result<StringParam> {
-    u32::try_from(param)
-        .ok()
-        .and_then(StringParam::from_ordinal)
-        .ok_or_else(|| invalid("unknown string parameter"))
 }
 
 /// Reads a `size_t` parameter (the value the next open uses).
@@ -161,15 +138,8 @@ fn string_param(param: c_int) -> Result<StringParam> {
 /// `value` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn hipFileGetParameterSizeT(param: c_int, value: *mut usize) -> HipFileError {
-    ffi_status(|| {
-        let p = size_param(param)?;
-        if value.is_null() {
-            return Err(invalid("value is NULL"));
-        }
-        // SAFETY: non-NULL, and the caller guarantees it is writable.
-        unsafe { value.write_unaligned(hipfs::get_parameter_size(p)) };
-        Ok(())
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { params::get_size(param, value) })
 }
 
 /// Sets a `size_t` parameter; only while the driver is closed.
@@ -184,15 +154,8 @@ pub extern "C" fn hipFileSetParameterSizeT(param: c_int, value: usize) -> HipFil
 /// `value` is NULL or points to a writable C `bool`.
 #[no_mangle]
 pub unsafe extern "C" fn hipFileGetParameterBool(param: c_int, value: *mut u8) -> HipFileError {
-    ffi_status(|| {
-        let p = bool_param(param)?;
-        if value.is_null() {
-            return Err(invalid("value is NULL"));
-        }
-        // SAFETY: non-NULL, and the caller guarantees it is writable.
-        unsafe { value.write(u8::from(hipfs::get_parameter_bool(p))) };
-        Ok(())
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { params::get_bool(param, value) })
 }
 
 /// Sets a bool parameter; only while the driver is closed.
@@ -212,25 +175,8 @@ pub unsafe extern "C" fn hipFileGetParameterString(
     desc_str: *mut c_char,
     len: c_int,
 ) -> HipFileError {
-    ffi_status(|| {
-        let p = string_param(param)?;
-        if desc_str.is_null() {
-            return Err(invalid("desc_str is NULL"));
-        }
-        let cap = usize::try_from(len)
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| invalid("len must be positive"))?;
-        let value = hipfs::get_parameter_string(p);
-        let n = value.len().min(cap - 1);
-        // SAFETY: desc_str has cap >= n + 1 writable bytes (caller's contract)
-        // and cannot overlap the String we own.
-        unsafe {
-            std::ptr::copy_nonoverlapping(value.as_ptr(), desc_str.cast::<u8>(), n);
-            desc_str.add(n).write(0);
-        }
-        Ok(())
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { params::get_string(param, desc_str, len) })
 }
 
 /// Sets a string parameter; only while the driver is closed.
@@ -242,16 +188,8 @@ pub unsafe extern "C" fn hipFileSetParameterString(
     param: c_int,
     value: *const c_char,
 ) -> HipFileError {
-    ffi_status(|| {
-        let p = string_param(param)?;
-        if value.is_null() {
-            return Err(invalid("value is NULL"));
-        }
-        // SAFETY: non-NULL, and the caller guarantees NUL termination.
-        let s = unsafe { CStr::from_ptr(value) };
-        let s = s.to_str().map_err(|_| invalid("value is not UTF-8"))?;
-        hipfs::set_parameter_string(p, s)
-    })
+    // SAFETY: forwarded caller guarantee.
+    ffi_status(|| unsafe { params::set_string(param, value) })
 }
 
 #[cfg(test)]

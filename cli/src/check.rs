@@ -19,7 +19,8 @@ fn finding(what: &str, ok: bool, detail: impl Into<String>) -> Finding {
     }
 }
 
-/// Checks GPU runtimes, RDMA devices, FUSE and (for `dir`) O_DIRECT support.
+/// Checks GPU runtimes, RDMA devices, FUSE, (for `dir`) O_DIRECT support,
+/// and which libcufile.so.0 cuFile programs would load.
 pub fn run_checks(dir: &Path) -> Vec<Finding> {
     let mut out = Vec::new();
     let (maj, min, pat) = hipfs::get_version();
@@ -68,6 +69,7 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
         )),
     }
     out.push(check_direct_io(dir));
+    out.extend(check_cufile());
     out
 }
 
@@ -153,4 +155,264 @@ fn check_direct_io(dir: &Path) -> Finding {
     };
     let _ = std::fs::remove_file(&probe);
     res
+}
+
+/// What hipfs' libcufile.so.0 contains and NVIDIA's never does
+/// (`hipfs_cufile::IDENT`; the CLI does not link that crate).
+const CUFILE_IDENT: &[u8] = b"hipfs libcufile.so.0 (cuFile drop-in";
+
+/// Whose libcufile a file is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CufileKind {
+    /// hipfs' drop-in.
+    Hipfs,
+    /// Any other (NVIDIA's).
+    Other,
+}
+
+/// Reads `path` looking for hipfs' marker.
+pub fn cufile_kind(path: &Path) -> std::io::Result<CufileKind> {
+    let bytes = std::fs::read(path)?;
+    let ours = bytes.windows(CUFILE_IDENT.len()).any(|w| w == CUFILE_IDENT);
+    Ok(if ours {
+        CufileKind::Hipfs
+    } else {
+        CufileKind::Other
+    })
+}
+
+/// Where the libcufile.so.0 a program loads comes from, in the dynamic
+/// loader's order for a program without an RPATH of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CufileResolution {
+    /// The file, when one is found.
+    pub path: Option<std::path::PathBuf>,
+    /// How it was found: "LD_PRELOAD", "LD_LIBRARY_PATH", "ld.so.cache", "default path".
+    pub how: &'static str,
+}
+
+/// Resolves `libcufile.so.0` from the environment's `LD_PRELOAD` and
+/// `LD_LIBRARY_PATH`, the `ldconfig -p` listing and the default directories.
+pub fn resolve_cufile(
+    preload: Option<&str>,
+    library_path: Option<&str>,
+    ldconfig: &str,
+    defaults: &[&Path],
+) -> CufileResolution {
+    let preloaded = preload
+        .unwrap_or("")
+        .split([' ', ':'])
+        .filter(|p| !p.is_empty())
+        .map(Path::new)
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libcufile.so"))
+        });
+    if let Some(p) = preloaded {
+        return CufileResolution {
+            path: Some(p.to_path_buf()),
+            how: "LD_PRELOAD",
+        };
+    }
+    let in_dir = |d: &Path| Some(d.join("libcufile.so.0")).filter(|p| p.exists());
+    if let Some(p) = library_path
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .find_map(|d| in_dir(Path::new(d)))
+    {
+        return CufileResolution {
+            path: Some(p),
+            how: "LD_LIBRARY_PATH",
+        };
+    }
+    // `ldconfig -p` lines: "\tlibcufile.so.0 (libc6,x86-64) => /path".
+    if let Some(p) = ldconfig.lines().find_map(|l| {
+        let (name, target) = l.split_once("=>")?;
+        (name.split_whitespace().next()? == "libcufile.so.0")
+            .then(|| std::path::PathBuf::from(target.trim()))
+    }) {
+        return CufileResolution {
+            path: Some(p),
+            how: "ld.so.cache",
+        };
+    }
+    CufileResolution {
+        path: defaults.iter().find_map(|d| in_dir(d)),
+        how: "default path",
+    }
+}
+
+/// The `nvidia-cufile` wheel copies (`site-packages/nvidia/{cu13,cu12,cufile}/lib`)
+/// under the Python installations found in `roots`: PyTorch's RPATH and
+/// cuda.pathfinder load these unless a preload wins.
+pub fn wheel_cufiles(roots: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(pythons) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for py in pythons.flatten() {
+            if !py.file_name().to_string_lossy().starts_with("python3") {
+                continue;
+            }
+            for pkgs in ["site-packages", "dist-packages"] {
+                for sub in ["cu13", "cu12", "cufile"] {
+                    let p = py
+                        .path()
+                        .join(pkgs)
+                        .join("nvidia")
+                        .join(sub)
+                        .join("lib")
+                        .join("libcufile.so.0");
+                    if p.exists() {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn describe(path: &Path) -> (bool, String) {
+    match cufile_kind(path) {
+        Ok(CufileKind::Hipfs) => (true, format!("{}: hipfs' libcufile", path.display())),
+        Ok(CufileKind::Other) => (false, format!("{}: NVIDIA's libcufile", path.display())),
+        Err(e) => (false, format!("{}: {e}", path.display())),
+    }
+}
+
+/// The cuFile section of `hipfs check`: which libcufile.so.0 a program
+/// would load, and whether the nvidia-cufile wheel would win for Python.
+pub fn check_cufile() -> Vec<Finding> {
+    let ldconfig = std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let defaults = [
+        Path::new("/lib/x86_64-linux-gnu"),
+        Path::new("/usr/lib/x86_64-linux-gnu"),
+        Path::new("/lib"),
+        Path::new("/usr/lib"),
+    ];
+    let preload = std::env::var("LD_PRELOAD").ok();
+    let r = resolve_cufile(
+        preload.as_deref(),
+        std::env::var("LD_LIBRARY_PATH").ok().as_deref(),
+        &ldconfig,
+        &defaults,
+    );
+    let mut out = Vec::new();
+    match &r.path {
+        Some(p) => {
+            let (ours, d) = describe(p);
+            out.push(finding("cufile", ours, format!("{d} (via {})", r.how)));
+        }
+        None => out.push(finding(
+            "cufile",
+            false,
+            "no libcufile.so.0 found (make install puts hipfs' in PREFIX/lib; or LD_PRELOAD it)",
+        )),
+    }
+    let mut roots = vec![
+        std::path::PathBuf::from("/usr/lib"),
+        std::path::PathBuf::from("/usr/local/lib"),
+    ];
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(Path::new(&home).join(".local/lib"));
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        roots.push(Path::new(&venv).join("lib"));
+    }
+    let preloaded_ours = r.how == "LD_PRELOAD" && out.first().is_some_and(|f| f.ok);
+    for w in wheel_cufiles(&roots) {
+        let (_, d) = describe(&w);
+        let detail = if preloaded_ours {
+            format!("{d}; the LD_PRELOAD above wins over it")
+        } else {
+            format!("{d}; PyTorch and cuda-python load this one unless hipfs' libcufile is preloaded (LD_PRELOAD)")
+        };
+        out.push(finding("cufile wheel", preloaded_ours, detail));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lib(dir: &Path, name: &str, ours: bool) -> std::path::PathBuf {
+        let p = dir.join(name);
+        let mut bytes = b"\x7fELF....".to_vec();
+        if ours {
+            bytes.extend_from_slice(
+                b"xx hipfs libcufile.so.0 (cuFile drop-in over the hipfs core) yy",
+            );
+        }
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn the_marker_tells_hipfs_libcufile_from_nvidias() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(
+            cufile_kind(&lib(d.path(), "a.so", true)).unwrap(),
+            CufileKind::Hipfs
+        );
+        assert_eq!(
+            cufile_kind(&lib(d.path(), "b.so", false)).unwrap(),
+            CufileKind::Other
+        );
+        assert!(cufile_kind(&d.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn resolution_follows_the_loaders_order() {
+        let pre = tempfile::tempdir().unwrap();
+        let llp = tempfile::tempdir().unwrap();
+        let def = tempfile::tempdir().unwrap();
+        let ours = lib(pre.path(), "libcufile.so.0", true);
+        let theirs = lib(llp.path(), "libcufile.so.0", false);
+        lib(def.path(), "libcufile.so.0", false);
+        let cache =
+            "\tlibcufile.so.0 (libc6,x86-64) => /cache/libcufile.so.0\n\tlibc.so.6 (libc6) => /x";
+        let llp_s = llp.path().to_string_lossy().into_owned();
+        let preload = format!("/other/libfoo.so {}", ours.display());
+        let r = resolve_cufile(Some(&preload), Some(&llp_s), cache, &[def.path()]);
+        assert_eq!(
+            (r.path.as_deref(), r.how),
+            (Some(ours.as_path()), "LD_PRELOAD")
+        );
+        let r = resolve_cufile(None, Some(&format!("/nope:{llp_s}")), cache, &[def.path()]);
+        assert_eq!(
+            (r.path.as_deref(), r.how),
+            (Some(theirs.as_path()), "LD_LIBRARY_PATH")
+        );
+        let r = resolve_cufile(None, None, cache, &[def.path()]);
+        assert_eq!(
+            r.path,
+            Some(std::path::PathBuf::from("/cache/libcufile.so.0"))
+        );
+        assert_eq!(r.how, "ld.so.cache");
+        let r = resolve_cufile(None, None, "", &[Path::new("/nonexistent"), def.path()]);
+        assert_eq!(r.path, Some(def.path().join("libcufile.so.0")));
+        let r = resolve_cufile(None, None, "", &[Path::new("/nonexistent")]);
+        assert_eq!(r.path, None);
+    }
+
+    #[test]
+    fn wheel_copies_are_found_under_python_site_packages() {
+        let root = tempfile::tempdir().unwrap();
+        let libdir = root.path().join("python3.12/site-packages/nvidia/cu13/lib");
+        std::fs::create_dir_all(&libdir).unwrap();
+        lib(&libdir, "libcufile.so.0", false);
+        std::fs::create_dir_all(root.path().join("perl5")).unwrap();
+        let found = wheel_cufiles(&[root.path().to_path_buf(), root.path().join("missing")]);
+        assert_eq!(found, vec![libdir.join("libcufile.so.0")]);
+    }
 }

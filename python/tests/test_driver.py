@@ -26,7 +26,7 @@ def test_get_version_is_a_three_int_tuple_matching_the_package_version():
     assert isinstance(v, tuple) and len(v) == 3
     assert all(isinstance(x, int) for x in v)
     assert ".".join(map(str, v)) == hipfile.__version__
-    assert v[:2] == (0, 4)
+    assert v[:2] == (0, 5)
 
 
 def test_driver_properties_have_every_flattened_name_as_ints():

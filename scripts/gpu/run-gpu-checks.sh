@@ -37,6 +37,34 @@ for line in sys.stdin:
 ' > "$G/tests.txt"
 [ -s "$G/tests.txt" ] || { echo "no GPU test executables found" >&2; exit 1; }
 
+# hipfs' libcufile.so.0 for scripts/gpu/cufile-clients.sh (preloaded there).
+cargo build --release -p hipfs-cufile
+mkdir -p "$G/lib"
+strip -o "$G/lib/libcufile.so.0" "$T/release/libcufile.so"
+# Third-party client tests for cufile-clients.sh: taken from their
+# repositories at the tags matching the device's wheels, never committed
+# (.gpu/ is ignored). KvikIO: v26.10.00a from a local mirror (the `fetch`
+# tool's copy, or KVIKIO_REPO). cuda-python is too large to mirror here:
+# put test_cufile.py and cufile.json (cuda_bindings/tests/ at the cuda-bindings
+# tag) into CUDA_PYTHON_TESTS, or straight into .gpu/thirdparty/cuda-python/.
+kv_repo=${KVIKIO_REPO:-/work/.mirror/rapidsai+kvikio/repo}
+kv_tag=${KVIKIO_TAG:-v26.10.00a}
+if git -C "$kv_repo" rev-parse -q --verify "$kv_tag^{commit}" >/dev/null 2>&1; then
+    rm -rf "$G/thirdparty/kvikio-tests" && mkdir -p "$G/thirdparty/kvikio-tests"
+    for f in conftest.py utils.py test_basic_io.py test_async_io.py test_cufile_driver.py test_defaults.py; do
+        git -C "$kv_repo" show "$kv_tag:python/kvikio/tests/$f" > "$G/thirdparty/kvikio-tests/$f"
+    done
+    echo "$kv_tag $(git -C "$kv_repo" rev-parse "$kv_tag^{commit}")" > "$G/thirdparty/kvikio-tests/SOURCE"
+else
+    echo "note: no KvikIO repository with $kv_tag at $kv_repo (set KVIKIO_REPO); its tests will be skipped"
+fi
+if [ -n "${CUDA_PYTHON_TESTS:-}" ]; then
+    mkdir -p "$G/thirdparty/cuda-python"
+    cp "$CUDA_PYTHON_TESTS/test_cufile.py" "$CUDA_PYTHON_TESTS/cufile.json" "$G/thirdparty/cuda-python/"
+fi
+[ -f "$G/thirdparty/cuda-python/test_cufile.py" ] ||
+    echo "note: no .gpu/thirdparty/cuda-python/test_cufile.py (set CUDA_PYTHON_TESTS); that suite will be skipped"
+
 # Debug info is dropped: the carried folder must stay small.
 rm -f "$G"/tests/*
 strip -o "$G/bin/hipfs" "$T/release/hipfs"
@@ -72,6 +100,7 @@ cat <<MSG
 
 Built into $G/. Run on the GPU machine (device tool), from the repository root:
     bash scripts/gpu/on-device.sh          carry: [".gpu"]   timeout_s: 600
+    bash scripts/gpu/cufile-clients.sh     carry: [".gpu"]   timeout_s: 600  (cuFile clients on hipfs' libcufile)
 Environment knobs: HIPFS_BENCH_SIZE (8G), HIPFS_COLD_SIZE (4G), HIPFS_WRITE_SIZE (2G),
 HIPFS_BENCH_CONFIGS (THREADSxCHUNK list), HIPFS_GPU_STEPS (tests,userspace,uslanes,python,loader,read,peers,write,cold).
 MSG

@@ -97,9 +97,13 @@ int main(int argc, char **argv) {
     CHECK_ERR(hipFileBatchIOGetStatus(b, 0, NULL, ev, NULL), hipFileInvalidValue);
     CHECK_ERR(hipFileBatchIOGetStatus(b, 0, &nr, NULL, NULL), hipFileInvalidValue);
     CHECK_ERR(hipFileBatchIOGetStatus(b, 5, &nr, ev, NULL), hipFileInvalidValue);
+    nr = 0; /* no room for an event (hipFile 0.5) */
+    CHECK_ERR(hipFileBatchIOGetStatus(b, 0, &nr, ev, NULL), hipFileInvalidValue);
+    nr = 4;
     struct timespec badts = {0, 2000000000L};
     CHECK_ERR(hipFileBatchIOGetStatus(b, 0, &nr, ev, &badts), hipFileInvalidValue);
     CHECK_ERR(hipFileBatchIOSubmit(b, 1, NULL, 0), hipFileInvalidValue);
+    CHECK_ERR(hipFileBatchIOSubmit(b, 0, ops, 0), hipFileInvalidValue); /* nr == 0 (hipFile 0.5) */
     CHECK_ERR(hipFileBatchIOSubmit(b, 1, ops, 1), hipFileInvalidValue);
     set_read(&ops[0], fh, buf, 0, 0, 10, hipFileBatchRead, 1);
     ops[0].mode = (hipFileBatchMode_t)2;

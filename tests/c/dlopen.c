@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
         SYM(lib, hipFileError_t(*)(unsigned *, unsigned *, unsigned *), "hipFileGetVersion");
 
     unsigned ma = 9, mi = 9, pa = 9;
-    CHECK(version(&ma, &mi, &pa).err == hipFileSuccess && ma == 0 && mi == 4);
+    CHECK(version(&ma, &mi, &pa).err == hipFileSuccess && ma == 0 && mi == 5);
     CHECK(strcmp(errstr(hipFileBatchFull), "Batch operation queue is full") == 0);
     CHECK(use_count() == 0);
     CHECK(drv_open().err == hipFileSuccess);

@@ -114,7 +114,7 @@ static void props_after_open(void) {
     CHECK(hipFileUseCount() == 1);
     memset(&p, 0xff, sizeof p);
     CHECK_OK(hipFileDriverGetProperties(&p));
-    CHECK(p.nvfs.major_version == 0 && p.nvfs.minor_version == 4);
+    CHECK(p.nvfs.major_version == 0 && p.nvfs.minor_version == 5);
     /* Parameters staged while closed took effect at open. */
     CHECK(p.nvfs.max_direct_io_size == 2048);
     CHECK(p.nvfs.driver_control_flags & (1u << hipFileUsePollMode));
@@ -204,6 +204,13 @@ static void implicit_open_and_close_to_zero(const char *dir) {
 int main(int argc, char **argv) {
     const char *dir = test_dir(argc, argv);
     version_and_strings();
+    /* Statistics are off by default (HIPFILE_STATS_LEVEL unset): queries are refused. */
+    hipFileStatsLevel1_t l1;
+    hipFileStatsLevel2_t l2;
+    hipFileStatsLevel3_t l3;
+    CHECK_ERR(hipFileGetStatsL1(&l1), hipFileInvalidValue);
+    CHECK_ERR(hipFileGetStatsL2(&l2), hipFileInvalidValue);
+    CHECK_ERR(hipFileGetStatsL3(&l3), hipFileInvalidValue);
     CHECK_ERR(hipFileDriverClose(), hipFileDriverNotInitialized);
     parameters_while_closed();
     props_after_open();

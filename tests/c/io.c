@@ -68,8 +68,10 @@ static void handle_errors(const char *dir) {
     CHECK_SSIZE(hipFileRead(fh2, mem, 16, 0, 0), 16);
     /* Bad arguments to read/write. */
     CHECK_SSIZE(hipFileRead(fh2, NULL, 16, 0, 0), -hipFileInvalidValue);
-    CHECK_SSIZE(hipFileRead(fh2, mem, 16, -1, 0), -hipFileInvalidValue);
-    CHECK_SSIZE(hipFileRead(fh2, mem, 16, 0, -5), -hipFileInvalidValue);
+    /* Negative offsets: -1 with errno EINVAL (hipFile 0.4.0's rule, as pread). */
+    CHECK_ERRNO(hipFileRead(fh2, mem, 16, -1, 0), EINVAL);
+    CHECK_ERRNO(hipFileRead(fh2, mem, 16, 0, -5), EINVAL);
+    CHECK_ERRNO(hipFileWrite(fh2, mem, 16, -4096, 0), EINVAL);
     CHECK_SSIZE(hipFileRead(fh2, mem, (size_t)-1, 0, 0), -hipFileInvalidValue);
     CHECK_SSIZE(hipFileRead(fh2, mem, 0, 0, 0), 0);
     /* Writing through a read-only fd is a system error: -1 with errno. */

@@ -7,8 +7,34 @@
 
 #define SA(c) _Static_assert(c, #c)
 
+/* hipFile 0.5: the parameter enums' tags carry _t, as upstream spells them. */
+static enum hipFileSizeTConfigParameter_t size_tag = hipFileParamPollthresholdSizeKB;
+static enum hipFileBoolConfigParameter_t bool_tag = hipFileParamStreamMemopsBypass;
+static enum hipFileStringConfigParameter_t string_tag = hipFileParamLogDir;
+
+/* hipFile 0.5 statistics: the layouts of cuFile 1.15. */
+SA(HIPFILE_MAX_GPUS == 16 && HIPFILE_GPU_UUID_LEN == 16);
+SA(sizeof(hipFileOpCounter_t) == 16);
+SA(sizeof(hipFileStatsLevel1_t) == 512);
+SA(offsetof(hipFileStatsLevel1_t, read_bytes) == 96);
+SA(offsetof(hipFileStatsLevel1_t, read_lat_sum_us) == 160);
+SA(offsetof(hipFileStatsLevel1_t, batch_submit_ops) == 176);
+SA(offsetof(hipFileStatsLevel1_t, batch_total_submit_ops) == 400);
+SA(offsetof(hipFileStatsLevel1_t, batch_read_bytes) == 416);
+SA(offsetof(hipFileStatsLevel1_t, last_batch_write_bytes) == 504);
+SA(sizeof(hipFileStatsLevel2_t) == 1024);
+SA(offsetof(hipFileStatsLevel2_t, read_size_kb_hist) == 512);
+SA(offsetof(hipFileStatsLevel2_t, write_size_kb_hist) == 768);
+SA(sizeof(hipFilePerGpuStats_t) == 248);
+SA(offsetof(hipFilePerGpuStats_t, read_bytes) == 16);
+SA(offsetof(hipFilePerGpuStats_t, write_bytes) == 120);
+SA(offsetof(hipFilePerGpuStats_t, reg_bytes) == 240);
+SA(sizeof(hipFileStatsLevel3_t) == 5000);
+SA(offsetof(hipFileStatsLevel3_t, num_gpus) == 1024);
+SA(offsetof(hipFileStatsLevel3_t, per_gpu_stats) == 1032);
+
 /* versions and errors */
-SA(HIPFILE_VERSION_MAJOR == 0 && HIPFILE_VERSION_MINOR == 4);
+SA(HIPFILE_VERSION_MAJOR == 0 && HIPFILE_VERSION_MINOR == 5 && HIPFILE_VERSION_PATCH == 0);
 SA(HIPFILE_BASE_ERR == 5000);
 SA(hipFileSuccess == 0);
 SA(hipFileDriverNotInitialized == 5001);
@@ -162,6 +188,7 @@ SA(hipFileParamEnvLogfilePath == 1);
 SA(hipFileParamLogDir == 2);
 
 int main(void) {
+    if (size_tag != 10 || bool_tag != 11 || string_tag != 2) return 1;
     /* The error macros, evaluated at run time. */
     hipFileError_t e = {hipFileHipDriverError, (hipError_t)700};
     if (!IS_HIP_DRV_ERR(e) || HIP_DRV_ERR(e) != 700) return 1;

@@ -23,7 +23,7 @@ cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 prefix=$work/prefix
 
-make -s -C "$root" install-files PREFIX="$prefix" HIPFILE_LIB="$lib" >/dev/null
+make -s -C "$root" install-hipfile PREFIX="$prefix" HIPFILE_LIB="$lib" >/dev/null
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 flags=$(pkg-config --cflags --libs hipfile)
 cflags=$(pkg-config --cflags hipfile)
@@ -73,7 +73,30 @@ else
     note header "no HIP runtime headers here: stand-in hipError_t/hipStream_t only"
 fi
 
-all=(layout driver io userspace batch stream dlopen)
+# The installed CMake package: find_package(hipfile) gives hip::hipfile.
+if command -v cmake >/dev/null; then
+    mkdir -p "$work/cmake-src" "$work/cmake-build"
+    cat >"$work/cmake-src/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(hipfile_consumer C)
+find_package(hipfile 0.5 CONFIG REQUIRED)
+add_executable(consumer main.c)
+target_link_libraries(consumer PRIVATE hip::hipfile)
+CMAKE
+    printf '#include <hipfile.h>\n#include <stdio.h>\nint main(void){unsigned a,b,c; hipFileGetVersion(&a,&b,&c); printf("%%u.%%u.%%u\\n",a,b,c); return !(a==HIPFILE_VERSION_MAJOR && b==HIPFILE_VERSION_MINOR);}\n' >"$work/cmake-src/main.c"
+    cmake -S "$work/cmake-src" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" >"$work/cmake.log" 2>&1 &&
+        cmake --build "$work/cmake-build" >>"$work/cmake.log" 2>&1 || true
+    if [ -x "$work/cmake-build/consumer" ] && [ "$("$work/cmake-build/consumer")" = 0.5.0 ]; then
+        note cmake "find_package(hipfile 0.5) -> hip::hipfile builds and runs (0.5.0, RPATH from the package)"
+        pass=$((pass + 1))
+    else
+        note cmake "FAIL"; sed 's/^/    /' "$work/cmake.log"; fail=1
+    fi
+else
+    note cmake "FAIL: cmake is missing (scripts/setup.sh test installs it)"; fail=1
+fi
+
+all=(layout driver io userspace batch stream stats dlopen)
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=("${all[@]}")
 

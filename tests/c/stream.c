@@ -115,11 +115,17 @@ int main(int argc, char **argv) {
     CHECK_ERR(hipFileStreamRegister(s1, 0x10), hipFileInvalidValue);
     CHECK_ERR(hipFileStreamRegister(s1, HIPFILE_STREAM_FLAGS_MASK + 1), hipFileInvalidValue);
     CHECK_ERR(hipFileStreamDeregister(s1), hipFileInvalidValue);
-    /* I/O on an unregistered stream is refused. */
-    CHECK_ERR(hipFileReadAsync(fh, buf, &size, &foff, &boff, &res, s1), hipFileInvalidValue);
+    /* I/O on an unregistered stream acts as on one registered with flags 0
+     * (hipFile 0.5, as cuFile). */
+    CHECK_OK(hipFileReadAsync(fh, buf, &size, &foff, &boff, &res, s1));
+    CHECK(wait_result(&res) == 100);
+    res = SENTINEL;
     CHECK_OK(hipFileStreamRegister(s1, HIPFILE_STREAM_FLAGS_MASK));
-    CHECK_OK(hipFileStreamRegister(s1, 0)); /* again: replaces the flags */
+    /* Registering a registered stream is refused; deregistered, it may be again. */
+    CHECK_ERR(hipFileStreamRegister(s1, 0), hipFileInvalidValue);
+    CHECK_OK(hipFileStreamDeregister(s1));
     CHECK_OK(hipFileStreamRegister(s1, HIPFILE_STREAM_PAGE_ALIGNED_INPUTS));
+    CHECK_OK(hipFileStreamDeregister(s1));
     CHECK_OK(hipFileStreamRegister(s1, 0));
 
     /* Argument errors at enqueue time. */
@@ -181,11 +187,13 @@ int main(int argc, char **argv) {
     CHECK(r == 100);
     CHECK(memcmp(buf, want, 100) == 0);
     /* Only the size fixed: offsets still deferred. */
+    CHECK_OK(hipFileStreamDeregister(s2));
     CHECK_OK(hipFileStreamRegister(s2, HIPFILE_STREAM_FIXED_FILE_SIZE));
     r = deferred_case(gfh, fh, s2, buf, &entered);
     CHECK(r == 100);
     CHECK(memcmp(buf + 10, want + 4096, 100) == 0);
     /* A negative fixed offset is refused at enqueue. */
+    CHECK_OK(hipFileStreamDeregister(s2));
     CHECK_OK(hipFileStreamRegister(s2, HIPFILE_STREAM_FIXED_FILE_OFFSET));
     foff = -1;
     CHECK_ERR(hipFileReadAsync(fh, buf, &size, &foff, &boff, &res, s2), hipFileInvalidValue);
@@ -193,8 +201,12 @@ int main(int argc, char **argv) {
     CHECK_OK(hipFileStreamDeregister(s1));
     CHECK_OK(hipFileStreamDeregister(s2));
     CHECK_ERR(hipFileStreamDeregister(s2), hipFileInvalidValue);
+    /* Deregistered: flags 0 again, so the size is read when the stream runs. */
     foff = 0;
-    CHECK_ERR(hipFileReadAsync(fh, buf, &size, &foff, &boff, &res, s1), hipFileInvalidValue);
+    size = 10;
+    res = SENTINEL;
+    CHECK_OK(hipFileReadAsync(fh, buf, &size, &foff, &boff, &res, s1));
+    CHECK(wait_result(&res) == 10);
 
     hipFileHandleDeregister(fh);
     hipFileHandleDeregister(gfh);

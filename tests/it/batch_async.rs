@@ -841,7 +841,7 @@ fn fixed_flags_capture_their_values_at_enqueue_time() {
 }
 
 #[test]
-fn async_io_needs_a_registered_stream_and_valid_flags() {
+fn unregistered_streams_act_as_flags_0_and_registration_is_once_with_valid_flags() {
     let _serial = setup();
     let (_d, path) = file_with("async-reg", &pattern(10, 4096));
     let fh = open(&path, libc::O_RDONLY);
@@ -850,10 +850,12 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
     let args = AsyncArgs::new(4096, 0, 0);
     let stream_s = TestStream::new(0xA5_0005);
     let stream = stream_s.0;
-    // SAFETY (all calls): refused before anything is enqueued.
-    // SAFETY: refused before anything is enqueued.
-    let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
-    assert_eq!(err.op(), OpError::InvalidValue);
+    // Never registered: accepted with flags 0 (hipFile 0.5 and cuFile).
+    // SAFETY: mem outlives the stream's work: synchronized below.
+    unsafe { fh.read_async(&buf, &args, stream) }.unwrap();
+    sync(stream);
+    assert_eq!(args.result(), Some(4096));
+    assert_eq!(hipfs::stream::stream_flags(stream), None);
     for flags in [0x10, 0x1f, u32::MAX] {
         assert_eq!(
             stream_register(stream, flags).unwrap_err().op(),
@@ -865,12 +867,12 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
         OpError::InvalidValue
     );
     stream_register(stream, 0xf).unwrap();
-    stream_register(stream, 0).unwrap();
     assert_eq!(
-        hipfs::stream::stream_flags(stream),
-        Some(0),
-        "registering again replaces the flags"
+        stream_register(stream, 0).unwrap_err().op(),
+        OpError::InvalidValue,
+        "a registered stream cannot be registered again"
     );
+    assert_eq!(hipfs::stream::stream_flags(stream), Some(0xf));
     let (size, off) = (4096usize, 0i64);
     let mut out = 0isize;
     let h = fh.handle().unwrap();
@@ -903,13 +905,11 @@ fn async_io_needs_a_registered_stream_and_valid_flags() {
         );
     }
     stream_deregister(stream).unwrap();
+    let args = AsyncArgs::new(100, 0, 0);
     // SAFETY: as above.
-    let err = unsafe { fh.read_async(&buf, &args, stream) }.unwrap_err();
-    assert_eq!(
-        err.op(),
-        OpError::InvalidValue,
-        "a deregistered stream is refused again"
-    );
+    unsafe { fh.read_async(&buf, &args, stream) }.unwrap();
+    sync(stream);
+    assert_eq!(args.result(), Some(100), "deregistered: flags 0 again");
 }
 
 fn mem_ptr(buf: &Buffer<'_>) -> usize {

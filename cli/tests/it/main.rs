@@ -10,6 +10,8 @@ mod remote_common;
 mod common;
 mod serve;
 
+mod cufile_mount;
+
 mod remote_data;
 mod remote_faults;
 mod remote_honest;

@@ -7,15 +7,15 @@
 //! pointer is the request's address inside that registration); otherwise
 //! `rdma_info` is NULL and the pointer is host-accessible memory.
 
-use crate::types::{HipFileFsOps, HipFileRdmaInfo, RDMA_INFO_VERSION};
+use crate::types::{FsOps, RdmaInfo, RDMA_INFO_VERSION};
 use hipfs::error::{Error, OpError, Result};
 use hipfs::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::ffi::{c_int, c_void, CStr, CString};
 
 /// A file served by C callbacks.
-pub(crate) struct CallbackFs {
+pub struct CallbackFs {
     fd: c_int,
-    ops: HipFileFsOps,
+    ops: FsOps,
 }
 
 // SAFETY: the callbacks are plain C function pointers; hipFile's contract
@@ -26,7 +26,7 @@ unsafe impl Sync for CallbackFs {}
 
 impl CallbackFs {
     /// Copies the callback table, so the caller's struct need not outlive registration.
-    pub(crate) fn new(fd: c_int, ops: HipFileFsOps) -> CallbackFs {
+    pub fn new(fd: c_int, ops: FsOps) -> CallbackFs {
         CallbackFs { fd, ops }
     }
 
@@ -41,7 +41,7 @@ struct CallArgs {
     len: usize,
     /// Keeps `info.desc_str` alive for the call.
     _desc: Option<CString>,
-    info: Option<HipFileRdmaInfo>,
+    info: Option<RdmaInfo>,
 }
 
 fn call_args(buf: UserspaceBuf) -> Result<CallArgs> {
@@ -59,7 +59,7 @@ fn call_args(buf: UserspaceBuf) -> Result<CallArgs> {
                 .map_err(|_| Error::new(OpError::InternalError, "RDMA descriptor too long"))?;
             let c = CString::new(desc)
                 .map_err(|_| Error::new(OpError::InternalError, "RDMA descriptor contains NUL"))?;
-            let info = HipFileRdmaInfo {
+            let info = RdmaInfo {
                 version: RDMA_INFO_VERSION,
                 desc_len,
                 desc_str: c.as_ptr(),
@@ -118,7 +118,7 @@ impl UserspaceFs for CallbackFs {
         let info = a
             .info
             .as_mut()
-            .map_or(std::ptr::null_mut(), |i| i as *mut HipFileRdmaInfo);
+            .map_or(std::ptr::null_mut(), |i| i as *mut RdmaInfo);
         // SAFETY: the core guarantees `a.ptr..+a.len` is the caller's memory
         // for this request; `info` (if any) outlives the call.
         let ret = unsafe { f(self.handle(), a.ptr.cast(), a.len, off, info) };
@@ -132,7 +132,7 @@ impl UserspaceFs for CallbackFs {
         let info = a
             .info
             .as_mut()
-            .map_or(std::ptr::null_mut(), |i| i as *mut HipFileRdmaInfo);
+            .map_or(std::ptr::null_mut(), |i| i as *mut RdmaInfo);
         // SAFETY: as in `read`; the callback only reads the buffer.
         let ret = unsafe { f(self.handle(), a.ptr.cast_const().cast(), a.len, off, info) };
         callback_result(ret, "write")
@@ -143,7 +143,7 @@ impl UserspaceFs for CallbackFs {
 /// when no transport claimed them: same grammar as `hipfs_rdma`'s ASCII
 /// `RemoteDescriptor` form, with transport `host` (process-local memory, no
 /// remote key).
-pub(crate) fn host_descriptor(addr: usize, len: usize) -> String {
+pub fn host_descriptor(addr: usize, len: usize) -> String {
     format!("hipfs-rdma:v1:host:addr={addr:#x},len={len},rkey=0x0")
 }
 
