@@ -9,6 +9,8 @@ use std::ffi::{c_int, c_long};
 #[no_mangle]
 pub extern "C" fn cuFileDriverOpen() -> CUfileError {
     log::debug!("{}: cuFileDriverOpen", crate::IDENT);
+    // This library's copy of the core answers as cuFile (see set_cufile_rules).
+    hipfs::io::set_cufile_rules(true);
     status(hipfs::driver_open)
 }
 

@@ -16,6 +16,8 @@ pub unsafe extern "C" fn cuFileHandleRegister(
     fh: *mut *mut c_void,
     descr: *mut Descr,
 ) -> CUfileError {
+    // Registration may open the driver implicitly: cuFile's rules first.
+    hipfs::io::set_cufile_rules(true);
     // SAFETY: forwarded caller guarantee.
     status(|| unsafe { io::handle_register(fh, descr, Flavor::CuFile) })
 }

@@ -144,6 +144,13 @@ pub(crate) fn transfer(
     };
     let kind = target.kind.unwrap_or_else(|| gpu::classify(mem).kind);
     match backend {
+        FileBackend::Posix(pf) if cufile_rules() && !pf.allows(req.dir) => Err(Error::new(
+            OpError::InvalidFileOpenFlag,
+            match req.dir {
+                Dir::Read => "the file was opened write-only: it cannot be read",
+                Dir::Write => "the file was opened read-only: it cannot be written",
+            },
+        )),
         FileBackend::Posix(pf) => match kind {
             MemoryKind::Host | MemoryKind::PinnedHost | MemoryKind::Managed => {
                 host_path::transfer(pf, &req, config)
@@ -210,6 +217,22 @@ fn userspace_transfer(
 }
 
 pub(crate) use crate::lent::Chunks;
+
+static CUFILE_RULES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process's library answer as NVIDIA's cuFile where cuFile and
+/// hipFile differ in the I/O path: reading a write-only file (or writing a
+/// read-only one) is `InvalidFileOpenFlag` ("unsupported file open flags",
+/// what KvikIO's tests expect) instead of the system error EBADF that
+/// hipFile, like pread, gives. `libcufile.so.0` turns it on when it loads;
+/// it carries its own copy of the core, so `libhipfile.so` is unaffected.
+pub fn set_cufile_rules(on: bool) {
+    CUFILE_RULES.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn cufile_rules() -> bool {
+    CUFILE_RULES.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// One slot per chunk, filled by whichever worker moved it.
 pub(crate) type ChunkResults = Vec<std::sync::Mutex<Option<Result<usize>>>>;

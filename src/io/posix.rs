@@ -24,6 +24,8 @@ pub struct PosixFile {
     pub mem_align: usize,
     /// Filesystem type name (ext4, xfs, tmpfs, fuse, ...).
     pub fs_name: &'static str,
+    /// The fd's access mode (`O_RDONLY`, `O_WRONLY` or `O_RDWR`).
+    pub access: i32,
     /// Whether `preadv2(RWF_NOWAIT)` may be used to serve cached pages.
     pub nowait_ok: AtomicBool,
     fallback_logged: AtomicBool,
@@ -58,6 +60,15 @@ fn fs_name(magic: i64) -> &'static str {
 }
 
 impl PosixFile {
+    /// Whether the fd's access mode allows `dir` (cuFile and hipFile answer
+    /// a read of a write-only file with `InvalidFileOpenFlag`, not EBADF).
+    pub fn allows(&self, dir: super::Dir) -> bool {
+        match dir {
+            super::Dir::Read => self.access != libc::O_WRONLY,
+            super::Dir::Write => self.access != libc::O_RDONLY,
+        }
+    }
+
     /// Opens the fds the direct path needs for the user's `fd`.
     pub fn open(fd: RawFd, config: &Config) -> Result<PosixFile> {
         let st = match hipfs_sys::fs::fstat(fd) {
@@ -111,6 +122,7 @@ impl PosixFile {
             offset_align: 4096,
             mem_align: 4096,
             fs_name,
+            access: acc,
             nowait_ok: AtomicBool::new(config.page_cache_probe),
             fallback_logged: AtomicBool::new(false),
             direct_broken: AtomicBool::new(false),

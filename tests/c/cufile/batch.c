@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
         if ((uintptr_t)ev[i].cookie == 1) {
             CHECK(ev[i].status == CUFILE_COMPLETE && ev[i].ret == 8192);
         } else {
-            CHECK(ev[i].status == CUFILE_FAILED && (ssize_t)ev[i].ret == -EBADF);
+            CHECK(ev[i].status == CUFILE_FAILED && (ssize_t)ev[i].ret == -CU_FILE_INVALID_FILE_OPEN_FLAG);
         }
     }
     static unsigned char back[8192];

@@ -90,6 +90,15 @@ static inline int make_file(const char *dir, const char *name, size_t size, unsi
     return fd;
 }
 
+/* Opens the existing `dir/name` with `flags`. */
+static inline int open_mode(const char *dir, const char *name, int flags) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, flags);
+    if (fd < 0) FAIL("open %s: %s", path, strerror(errno));
+    return fd;
+}
+
 static inline CUfileError_t register_fd(CUfileHandle_t *fh, int fd) {
     CUfileDescr_t d;
     memset(&d, 0, sizeof d);

@@ -97,6 +97,21 @@ static void handles_and_buffers(const char *dir) {
     CHECK_ERRNO(cuFileWritev(fh, v, 1, -1, 0), EINVAL);
     CHECK_SSIZE(cuFileWritev((CUfileHandle_t)(uintptr_t)999, v, 1, 0, 0), -CU_FILE_HANDLE_NOT_REGISTERED);
 
+    /* cuFile's rule: the wrong direction for the fd's open mode is an invalid
+       open flag (hipFile, like pread, gives -1 with errno EBADF). */
+    int rofd = open_mode(dir, "io.bin", O_RDONLY);
+    int wofd = open_mode(dir, "io.bin", O_WRONLY);
+    CUfileHandle_t rofh = NULL, wofh = NULL;
+    CHECK_OK(register_fd(&rofh, rofd));
+    CHECK_OK(register_fd(&wofh, wofd));
+    CHECK_SSIZE(cuFileWrite(rofh, mem, 16, 0, 0), -CU_FILE_INVALID_FILE_OPEN_FLAG);
+    CHECK_SSIZE(cuFileRead(wofh, mem, 16, 0, 0), -CU_FILE_INVALID_FILE_OPEN_FLAG);
+    CHECK_SSIZE(cuFileRead(rofh, mem, 16, 0, 0), 16);
+    cuFileHandleDeregister(rofh);
+    cuFileHandleDeregister(wofh);
+    close(rofd);
+    close(wofd);
+
     /* Deregistering frees the fd for registration again; unknown handles are ignored. */
     cuFileHandleDeregister(fh);
     cuFileHandleDeregister(fh);
