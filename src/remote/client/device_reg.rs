@@ -175,3 +175,275 @@ impl AllocationCache {
         region.map(|r| (r, (ptr - info.base) as u64))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Result;
+    use crate::gpu::{MemoryKind, PointerInfo, StreamId};
+    use hipfs_rdma::{ConnectionStats, RemoteDescriptor};
+    use std::time::Duration;
+
+    /// A NIC stand-in: says it is verbs, refuses or takes dmabufs and
+    /// device addresses as told, and registers through a real TCP
+    /// connection underneath (so the region it returns is real).
+    struct Nic {
+        inner: Box<dyn Connection>,
+        takes_dmabuf: bool,
+        takes_address: bool,
+    }
+
+    impl Connection for Nic {
+        fn kind(&self) -> TransportKind {
+            TransportKind::Verbs
+        }
+        fn peer_addr(&self) -> String {
+            self.inner.peer_addr()
+        }
+        fn send(&self, msg: &[u8]) -> hipfs_rdma::Result<()> {
+            self.inner.send(msg)
+        }
+        fn recv(&self, timeout: Duration) -> hipfs_rdma::Result<Vec<u8>> {
+            self.inner.recv(timeout)
+        }
+        unsafe fn register(
+            &self,
+            ptr: *mut u8,
+            len: usize,
+        ) -> hipfs_rdma::Result<Arc<LocalRegion>> {
+            if !self.takes_address {
+                return Err(hipfs_rdma::Error::Unsupported(
+                    "no peer-memory client".into(),
+                ));
+            }
+            // The test's memory outlives the region (see the tests).
+            crate::lent::register_buffer_with(
+                &*self.inner,
+                crate::lent::LentSpan::of_registration(ptr as usize, len),
+            )
+        }
+        unsafe fn register_dmabuf(
+            &self,
+            _fd: std::os::fd::RawFd,
+            _offset: u64,
+            len: usize,
+            iova: u64,
+        ) -> hipfs_rdma::Result<Arc<LocalRegion>> {
+            if !self.takes_dmabuf {
+                return Err(hipfs_rdma::Error::Unsupported("rxe refuses dmabufs".into()));
+            }
+            // As in `register`: `iova` is the test's memory.
+            crate::lent::register_buffer_with(
+                &*self.inner,
+                crate::lent::LentSpan::of_registration(iova as usize, len),
+            )
+        }
+        fn write_remote(
+            &self,
+            local: &LocalRegion,
+            local_off: usize,
+            len: usize,
+            remote: &RemoteDescriptor,
+            remote_off: u64,
+        ) -> hipfs_rdma::Result<()> {
+            self.inner
+                .write_remote(local, local_off, len, remote, remote_off)
+        }
+        fn write_remote_from_file(
+            &self,
+            file: std::os::fd::BorrowedFd<'_>,
+            file_offset: u64,
+            len: usize,
+            remote: &RemoteDescriptor,
+            remote_off: u64,
+        ) -> hipfs_rdma::Result<usize> {
+            self.inner
+                .write_remote_from_file(file, file_offset, len, remote, remote_off)
+        }
+        fn read_remote(
+            &self,
+            local: &LocalRegion,
+            local_off: usize,
+            len: usize,
+            remote: &RemoteDescriptor,
+            remote_off: u64,
+        ) -> hipfs_rdma::Result<()> {
+            self.inner
+                .read_remote(local, local_off, len, remote, remote_off)
+        }
+        fn stats(&self) -> ConnectionStats {
+            self.inner.stats()
+        }
+        fn close(&self) {
+            self.inner.close()
+        }
+    }
+
+    /// A GPU stand-in whose "device memory" is one host range; exports a
+    /// dmabuf (a memfd stands in for it: the NIC stand-in never reads it)
+    /// or refuses, as told.
+    struct Gpu {
+        base: usize,
+        len: usize,
+        exports: bool,
+    }
+
+    impl GpuRuntime for Gpu {
+        fn name(&self) -> &'static str {
+            "test-gpu"
+        }
+        fn device_count(&self) -> usize {
+            1
+        }
+        fn pointer_info(&self, ptr: usize) -> Option<PointerInfo> {
+            (ptr >= self.base && ptr < self.base + self.len).then_some(PointerInfo {
+                kind: MemoryKind::Device,
+                base: self.base,
+                size: self.len,
+                device: 0,
+            })
+        }
+        unsafe fn copy_to_device(&self, _dst: DevicePtr, _src: &[u8]) -> Result<()> {
+            unreachable!("registration copies nothing")
+        }
+        unsafe fn copy_from_device(&self, _dst: &mut [u8], _src: DevicePtr) -> Result<()> {
+            unreachable!("registration copies nothing")
+        }
+        unsafe fn launch_host_func(
+            &self,
+            _s: StreamId,
+            _f: Box<dyn FnOnce() + Send>,
+        ) -> Result<()> {
+            unreachable!("no streams here")
+        }
+        unsafe fn stream_synchronize(&self, _s: StreamId) -> Result<()> {
+            unreachable!("no streams here")
+        }
+        fn export_dmabuf(&self, ptr: DevicePtr, len: usize) -> Result<DmabufExport> {
+            if !self.exports {
+                return Err(crate::error::Error::new(
+                    crate::error::OpError::IoNotSupported,
+                    "no dmabuf export here",
+                ));
+            }
+            let f = tempfile::tempfile().expect("stand-in fd");
+            Ok(DmabufExport {
+                fd: f.into(),
+                start: ptr,
+                len,
+            })
+        }
+        fn allocation_id(&self, _ptr: DevicePtr) -> Option<u64> {
+            Some(7)
+        }
+    }
+
+    fn tcp_pair() -> (Box<dyn Connection>, Box<dyn Connection>) {
+        let cfg = hipfs_rdma::TransportConfig {
+            kind: TransportKind::Tcp,
+            ..Default::default()
+        };
+        let l = hipfs_rdma::listen("127.0.0.1:0", &cfg).unwrap();
+        let addr = l.local_addr();
+        let t = std::thread::spawn(move || l.accept().unwrap());
+        let c = hipfs_rdma::connect(&addr, &cfg).unwrap();
+        (c, t.join().unwrap())
+    }
+
+    #[test]
+    fn device_memory_tries_dmabuf_then_peer_memory_then_stages_counting_each_outcome() {
+        let mut mem = vec![0u8; 1 << 20];
+        let base = mem.as_mut_ptr() as usize;
+        let cases = [
+            // (gpu exports, nic takes dmabuf, nic takes address) -> outcome
+            (true, true, true, Some(DeviceRegistration::Dmabuf)),
+            (true, false, true, Some(DeviceRegistration::PeerMemory)),
+            (false, false, true, Some(DeviceRegistration::PeerMemory)),
+            (true, false, false, None),
+        ];
+        for (exports, takes_dmabuf, takes_address, want) in cases {
+            let (c, _server) = tcp_pair();
+            let nic = Nic {
+                inner: c,
+                takes_dmabuf,
+                takes_address,
+            };
+            let gpu = Gpu {
+                base,
+                len: mem.len(),
+                exports,
+            };
+            let before = crate::stats::device_registrations();
+            let got = register_device(&nic, &gpu, base, 1 << 20);
+            let after = crate::stats::device_registrations();
+            let case = format!("exports {exports}, dmabuf {takes_dmabuf}, address {takes_address}");
+            assert_eq!(got.is_some(), want.is_some(), "{case}");
+            // Counters are process-wide and other tests register too:
+            // each attempt of this case shows up (at least) once.
+            let grew = |f: fn(&crate::stats::DeviceRegistrations) -> u64| f(&after) > f(&before);
+            match want {
+                Some(DeviceRegistration::Dmabuf) => {
+                    assert!(grew(|d| d.dmabuf), "{case}");
+                    assert!(got.as_ref().is_some_and(|r| r._dmabuf.is_some()), "{case}");
+                }
+                Some(_) => {
+                    assert!(grew(|d| d.dmabuf_refused), "{case}");
+                    assert!(grew(|d| d.peer_memory), "{case}");
+                    assert!(got.as_ref().is_some_and(|r| r._dmabuf.is_none()), "{case}");
+                }
+                None => {
+                    assert!(grew(|d| d.dmabuf_refused), "{case}");
+                    assert!(grew(|d| d.peer_memory_refused), "{case}");
+                    assert!(grew(|d| d.staged), "{case}");
+                }
+            }
+            if let Some(r) = got {
+                assert_eq!(r.region.len(), 1 << 20, "{case}");
+            }
+        }
+        drop(mem);
+    }
+
+    #[test]
+    fn tcp_never_registers_device_memory_and_counts_it_staged() {
+        let mut mem = vec![0u8; 4096];
+        let base = mem.as_mut_ptr() as usize;
+        let (c, _server) = tcp_pair();
+        let gpu = Gpu {
+            base,
+            len: 4096,
+            exports: true,
+        };
+        let before = crate::stats::device_registrations().staged;
+        assert!(register_device(&*c, &gpu, base, 4096).is_none());
+        assert!(crate::stats::device_registrations().staged > before);
+        drop(mem);
+    }
+
+    #[test]
+    fn an_allocation_is_registered_once_and_reads_inside_it_reuse_the_registration() {
+        let mut mem = vec![0u8; 1 << 20];
+        let base = mem.as_mut_ptr() as usize;
+        let (c, _server) = tcp_pair();
+        let nic = Nic {
+            inner: c,
+            takes_dmabuf: true,
+            takes_address: true,
+        };
+        let gpu = Gpu {
+            base,
+            len: mem.len(),
+            exports: true,
+        };
+        let cache = AllocationCache::default();
+        let (a, off_a) = cache.region_for(&nic, &gpu, base + 4096, 8192).unwrap();
+        let (b, off_b) = cache.region_for(&nic, &gpu, base + 65536, 4096).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "one registration for the allocation");
+        assert_eq!((off_a, off_b), (4096, 65536));
+        assert!(cache
+            .region_for(&nic, &gpu, base + mem.len() - 10, 20)
+            .is_none());
+        drop((a, b, cache));
+        drop(mem);
+    }
+}
