@@ -91,8 +91,10 @@ PY
 
 # Modules the guest loads, in dependency order (crc32_generic: rxe's ICRC
 # needs a crc32 implementation, without it `rdma link add` fails; fuse: for
-# hipfs mounts in the guest, the host's /dev/fuse is not shared).
-MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_core ib_uverbs rdma_rxe rdma_cm rdma_ucm dummy fuse"
+# hipfs mounts in the guest, the host's /dev/fuse is not shared; vgem: a DRM
+# device whose dumb buffers export as dmabufs, for the dmabuf registration
+# probe, since this kernel has no udmabuf).
+MODULES="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic ib_core ib_uverbs rdma_rxe rdma_cm rdma_ucm dummy fuse vgem"
 
 prepare_initramfs() {
   local ver stamp tmp

@@ -1215,10 +1215,10 @@ pub fn probe_rdma_memory(rt: &dyn GpuRuntime) -> RdmaMemoryProbe {
             use std::os::fd::AsRawFd;
             (
                 Some((fd.as_raw_fd(), 0, LEN, 0)),
-                "udmabuf (host memory)".to_string(),
+                "host dmabuf (udmabuf or DRM dumb buffer)".to_string(),
             )
         }
-        (None, Some(Err(e))) => (None, format!("none: no device dmabuf, /dev/udmabuf: {e}")),
+        (None, Some(Err(e))) => (None, format!("none: no device dmabuf; {e}")),
         (None, None) => (None, "none".to_string()),
     };
     let peer = match &alloc {
