@@ -68,6 +68,12 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Let users other than the mounting one in. Default off.
     pub allow_other: bool,
+    /// Without `allow_other`: keep root out too, and keep `allow_other` out of the kernel's
+    /// options, so the mount table says what the mount does. `auto_unmount` needs
+    /// `allow_other` in the kernel, so such a mount goes without it. Default off: then a
+    /// mount without `allow_other` made through fusermount3 lets the owner and root in
+    /// (libfuse's `allow_root`), which the kernel can only express as `allow_other`.
+    pub owner_only: bool,
     /// The kernel checks mode bits before asking the backend. Default on.
     pub default_permissions: bool,
     /// How long the kernel caches attributes. Default 1 s.
@@ -108,6 +114,7 @@ impl MountConfig {
             fs_name: "hipfs".to_string(),
             read_only: false,
             allow_other: false,
+            owner_only: false,
             default_permissions: true,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
@@ -188,10 +195,11 @@ impl MountConfig {
         } else {
             MountOption::RW
         });
-        let auto_unmount = self.auto_unmount && fusermount_available();
+        let owner_only = self.owner_only && !self.allow_other;
+        let auto_unmount = self.auto_unmount && !owner_only && fusermount_available();
         if auto_unmount {
             options.push(MountOption::AutoUnmount);
-        } else if self.auto_unmount {
+        } else if self.auto_unmount && !owner_only {
             warn!(
                 "no fusermount3 or fusermount on PATH: mounting {} without auto_unmount \
                  (if this process is killed, `hipfs umount` or `umount` cleans up)",
@@ -346,9 +354,25 @@ impl MountHandle {
         &self.mountpoint
     }
 
+    /// Whether this mount's FUSE session has ended: the kernel ended the connection (an
+    /// unmount from outside, an abort). Unlike looking at the mount table by path, this
+    /// is about this mount only, whatever is mounted at the same place now.
+    pub fn session_ended(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
     /// Unmounts and waits for the session threads to end.
     pub fn unmount(mut self) -> Result<(), FuseError> {
         self.shutdown()
+    }
+
+    /// Whether the mount on top at the mount point is this one (by its device number): an
+    /// unmount by path must never take away a mount someone made there since.
+    fn ours_on_top(&self) -> bool {
+        let Some(id) = self.connection else {
+            return true;
+        };
+        mount_device(&self.mountpoint).is_none_or(|(major, minor)| (major << 20) | minor == id)
     }
 
     fn shutdown(&mut self) -> Result<(), FuseError> {
@@ -356,7 +380,21 @@ impl MountHandle {
             return Ok(());
         };
         self.closing.store(true, Ordering::SeqCst);
-        let unmounted = unmount_path(&self.mountpoint);
+        if session.guard.is_finished() {
+            // The kernel ended this session (unmounted from outside): nothing of ours is
+            // left to unmount, and whatever is mounted there now is someone else's.
+            return session.join().map_err(|source| FuseError::Session {
+                mountpoint: self.mountpoint.clone(),
+                source,
+            });
+        }
+        let unmounted = if self.ours_on_top() {
+            unmount_path(&self.mountpoint)
+        } else {
+            Err(io::Error::other(
+                "another mount now covers the mount point; not unmounting by path",
+            ))
+        };
         if let Err(e) = &unmounted {
             warn!(
                 "unmount {}: {e}; aborting the connection",

@@ -19,8 +19,15 @@ use super::RemoteError;
 pub struct MountOptions {
     /// Refuse writes.
     pub read_only: bool,
-    /// Let other users in (`allow_other`).
+    /// Let other users in (`allow_other`): on by default for a mount made by
+    /// root, like an NFS mount (the server's permission checks decide, as
+    /// the caller, with the kernel's mode checks in front); `private` turns
+    /// it off. Off by default for other users (FUSE lets only root allow
+    /// other users through `user_allow_other`).
     pub allow_other: bool,
+    /// `private`: only the mounting user (and no one else, root included
+    /// for a non-root mount) may use the mount.
+    pub private: bool,
     /// File holding the token.
     pub token_file: Option<PathBuf>,
     /// The server's local ticket socket (`local_socket=PATH`); `None`: the
@@ -60,6 +67,7 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             allow_other: false,
+            private: false,
             token_file: None,
             local_socket: None,
             attr_timeout: None,
@@ -132,7 +140,14 @@ impl MountOptions {
             };
             match k {
                 "ro" => o.read_only = true,
-                "allow_other" => o.allow_other = true,
+                "allow_other" => {
+                    o.allow_other = true;
+                    o.private = false;
+                }
+                "private" => {
+                    o.private = true;
+                    o.allow_other = false;
+                }
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
                 "hard" => o.hard = true,
@@ -171,7 +186,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -218,7 +233,8 @@ impl MountOptions {
         let mut m = MountConfig::new(mountpoint);
         m.fs_name = fs_name.replace([',', ' ', '\n'], "_");
         m.read_only = self.read_only || server_ro;
-        m.allow_other = self.allow_other;
+        m.allow_other = self.allow_other || (hipfs_sys::process::euid() == 0 && !self.private);
+        m.owner_only = self.private;
         m.direct_io = self.direct_io;
         if let Some(t) = self.attr_timeout {
             m.attr_timeout = t;
@@ -247,6 +263,12 @@ pub struct LocalMount {
 }
 
 impl LocalMount {
+    /// Whether the FUSE session of this mount has ended (unmounted from
+    /// outside, or the connection aborted).
+    pub fn session_ended(&self) -> bool {
+        self.handle.as_ref().is_none_or(MountHandle::session_ended)
+    }
+
     /// Unmounts, then stops the in-process server (if any).
     pub fn unmount(mut self) -> Result<(), RemoteError> {
         if let Some(h) = self.handle.take() {

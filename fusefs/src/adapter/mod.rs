@@ -156,7 +156,7 @@ impl FuseAdapter {
 
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        negotiate(&self.opts, config);
+        negotiate(&self.opts, self.backend.kills_privileges(), config);
         Ok(())
     }
 

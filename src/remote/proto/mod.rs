@@ -44,8 +44,14 @@ pub const PROTO_VERSION: u16 = 2;
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;
 
-/// Longest relative path a request may carry (Linux PATH_MAX).
+/// Longest symlink target a request may carry (Linux PATH_MAX).
 pub const MAX_PATH: usize = 4096;
+/// Longest path below the export root a request may carry. The kernel
+/// limits only the paths a caller passes (PATH_MAX from its working
+/// directory), not how deep a tree is, so this is well above PATH_MAX: a
+/// caller inside a deep directory still reaches PATH_MAX further down. It
+/// stays below the message's 64 KiB header room with two paths (rename).
+pub const MAX_REL_PATH: usize = 28 * 1024;
 /// Longest single name component (NAME_MAX).
 pub const MAX_NAME: usize = 255;
 /// Largest read or write one request may ask for.

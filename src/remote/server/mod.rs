@@ -89,6 +89,12 @@ pub struct ServeConfig {
     /// Verbs connections are not covered (as trusted as the fabric), and
     /// `send_from_file` stages its reads (sendfile cannot encrypt).
     pub tls: Option<hipfs_rdma::TlsConfig>,
+    /// Let callers acting as root make block and character device nodes
+    /// (`mknod`). On by default, like a local filesystem: the server never
+    /// opens them for a client (only regular files are opened), and a caller
+    /// is root here only when the policy does not squash it. Off with
+    /// `--no-devices` (then `EPERM`, as on a `nodev` export).
+    pub allow_devices: bool,
 }
 
 impl ServeConfig {
@@ -109,6 +115,7 @@ impl ServeConfig {
             local_socket: None,
             allow_unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             tls: None,
+            allow_devices: true,
         }
     }
 }
@@ -135,6 +142,7 @@ fn server_transport_config(kind: TransportKind, ack_timeout: Duration) -> Transp
 pub(crate) struct ServerShared {
     pub(crate) export: Export,
     pub(crate) read_only: bool,
+    pub(crate) allow_devices: bool,
     pub(crate) policy: IdentityPolicy,
     send_from_file: bool,
     hash_placed_reads: bool,
@@ -218,6 +226,7 @@ impl Server {
         let shared = Arc::new(ServerShared {
             export,
             read_only: cfg.read_only,
+            allow_devices: cfg.allow_devices,
             policy: cfg.policy.clone(),
             send_from_file: cfg.send_from_file,
             hash_placed_reads: cfg.hash_placed_reads,

@@ -313,7 +313,9 @@ impl Session {
             Op::Symlink { path, target } => ex.symlink(path, target).map(Payload::Entry),
             Op::Readlink { path } => ex.readlink(path).map(Payload::Bytes),
             Op::Link { from, to } => ex.link(from, to).map(Payload::Entry),
-            Op::Mknod { path, mode, rdev } => ex.mknod(path, *mode, *rdev).map(Payload::Entry),
+            Op::Mknod { path, mode, rdev } => ex
+                .mknod(path, *mode, *rdev, shared.allow_devices && cred.uid == 0)
+                .map(Payload::Entry),
             Op::Statfs { path } => ex.statfs(path).map(Payload::Statfs),
             Op::Getxattr { path, name } => ex.xattr_get(path, &cstr(name)?).map(Payload::Bytes),
             Op::Listxattr { path } => ex.xattr_list(path).map(Payload::Names),

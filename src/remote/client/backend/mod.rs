@@ -598,4 +598,11 @@ impl Backend for RemoteFs {
     fn identify(&self, ino: Ino, fh: u64) -> Option<Vec<u8>> {
         self.identify_payload(ino, fh)
     }
+
+    /// The server writes, truncates and chowns as the caller (fsuid and
+    /// groups switched, root's capabilities dropped for anyone else), so
+    /// its filesystem clears setuid/setgid exactly as a local one would.
+    fn kills_privileges(&self) -> bool {
+        true
+    }
 }
