@@ -24,7 +24,7 @@ pub use error::FuseError;
 pub use identify::{identify_fd, HIPFS_IOC_IDENTIFY, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD};
 pub use memfs::MemFs;
 pub use mount::{
-    mount, mount_foreground, unmount_path, MountConfig, MountHandle, DEFAULT_MAX_IO,
+    mount, mount_foreground, unmount_path, Invalidator, MountConfig, MountHandle, DEFAULT_MAX_IO,
     DEFAULT_MAX_READAHEAD, FS_SUBTYPE,
 };
 pub use mountinfo::{is_hipfs_fd, is_mounted, mount_at, HIPFS_FS_TYPE};

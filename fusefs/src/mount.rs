@@ -100,6 +100,11 @@ pub struct MountConfig {
     /// Session threads, each with its own cloned `/dev/fuse` fd. Default: the CPU count,
     /// between 2 and 8.
     pub threads: usize,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR` with `FOPEN_KEEP_CACHE` on
+    /// opendir) until the backend invalidates the directory ([`Invalidator::inode`]) or its
+    /// attributes show it changed. Default off: only a backend that is told of every change
+    /// may turn it on.
+    pub cache_dir: bool,
     /// Have fusermount3 unmount if this process dies (also sets the `fuse.hipfs` type in the
     /// mount table). Default on.
     pub auto_unmount: bool,
@@ -125,6 +130,7 @@ impl MountConfig {
             max_write: DEFAULT_MAX_IO,
             max_readahead: DEFAULT_MAX_READAHEAD,
             threads: cpus.clamp(2, 8),
+            cache_dir: false,
             auto_unmount: true,
         }
     }
@@ -171,6 +177,7 @@ impl MountConfig {
             read_only: self.read_only,
             direct_io: self.direct_io,
             keep_cache: self.keep_cache,
+            cache_dir: self.cache_dir,
             max_write: self.max_write,
             max_readahead: self.max_readahead,
             // Enough outstanding async reads for readahead and direct I/O to keep every
@@ -337,6 +344,34 @@ fn raise_readahead(major: u32, minor: u32, bytes: u32) {
     }
 }
 
+/// Drops entries and attributes the kernel cached (FUSE's notify calls). Errors are ignored:
+/// `ENOENT` only means the kernel held nothing under that name or number.
+#[derive(Clone)]
+pub struct Invalidator {
+    notifier: fuser::Notifier,
+}
+
+impl std::fmt::Debug for Invalidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Invalidator")
+    }
+}
+
+impl Invalidator {
+    /// Forgets the name `name` in directory `parent` (positive or negative entry).
+    pub fn entry(&self, parent: crate::Ino, name: &std::ffi::OsStr) {
+        let _ = self.notifier.inval_entry(fuser::INodeNo(parent), name);
+    }
+
+    /// Forgets the attributes of `ino` and, with `data`, its cached pages (for a directory:
+    /// its cached listing).
+    pub fn inode(&self, ino: crate::Ino, data: bool) {
+        let _ = self
+            .notifier
+            .inval_inode(fuser::INodeNo(ino), if data { 0 } else { -1 }, 0);
+    }
+}
+
 /// A live mount served in the background. Unmounts when dropped.
 #[derive(Debug)]
 pub struct MountHandle {
@@ -352,6 +387,16 @@ impl MountHandle {
     /// The mount point, absolute.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    /// Tells this mount's kernel to drop what it cached, for a backend that learns of changes
+    /// made elsewhere. Calls made through it may block while a request on the same directory
+    /// or inode is in progress, so make them from a thread of their own, never from a
+    /// backend method.
+    pub fn invalidator(&self) -> Option<Invalidator> {
+        self.session.as_ref().map(|s| Invalidator {
+            notifier: s.notifier(),
+        })
     }
 
     /// Whether this mount's FUSE session has ended: the kernel ended the connection (an

@@ -10,6 +10,7 @@ mod remote_common;
 mod common;
 mod serve;
 
+mod remote_coherence;
 mod remote_conformance;
 mod remote_data;
 mod remote_faults;

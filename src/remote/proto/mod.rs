@@ -33,7 +33,10 @@ mod types;
 pub use codec::{Reader, Writer};
 pub use handshake::{Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC, NONCE_LEN};
 pub use ops::{Op, Request};
-pub use reply::{Payload, Reply};
+pub use reply::{Payload, Reply, MAX_CHANGED};
+
+/// The request id of pushed change notices (requests count from 1).
+pub const NOTICE_ID: u64 = 0;
 pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, WireTime};
 
 /// The protocol version this build speaks. 2: credential kinds in `Proof`

@@ -10,6 +10,9 @@ use super::{
     MAX_XATTR,
 };
 
+/// Most names one change notice carries (the server sends more notices).
+pub const MAX_CHANGED: usize = 1024;
+
 /// What a successful operation returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
@@ -57,6 +60,17 @@ pub enum Payload {
     Names(Vec<Vec<u8>>),
     /// Filesystem statistics.
     Statfs(StatFs),
+    /// Pushed to watching connections (id [`super::NOTICE_ID`]): names
+    /// that changed, as (directory, name) below the export root; an empty
+    /// name means the directory itself. `everything` means notices were
+    /// lost (the watch queue overflowed): every cached name and attribute
+    /// may be stale.
+    Changed {
+        /// What changed.
+        names: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Drop every cache.
+        everything: bool,
+    },
 }
 
 /// A reply to request `id`: `Err(errno)` or a payload.
@@ -157,6 +171,12 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         Payload::Placed { n, digest } => {
             w.u8(12).u32(*n).bytes(digest);
         }
+        Payload::Changed { names, everything } => {
+            w.u8(13).bool(*everything).u32(names.len() as u32);
+            for (dir, name) in names {
+                w.bytes(dir).bytes(name);
+            }
+        }
     }
 }
 
@@ -220,6 +240,21 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                     .try_into()
                     .map_err(|_| ProtoError::BadValue("placed digest", d.len() as u64))?,
             }
+        }
+        13 => {
+            let everything = r.bool("everything flag")?;
+            let n = r.count("changed names", MAX_CHANGED, 8)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                let dir = r.bytes("changed directory", super::MAX_REL_PATH)?;
+                super::validate_rel_path(dir)?;
+                let name = r.bytes("changed name", MAX_NAME)?;
+                if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+                    return Err(ProtoError::BadPath("changed name".into()));
+                }
+                names.push((dir.to_vec(), name.to_vec()));
+            }
+            Payload::Changed { names, everything }
         }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })

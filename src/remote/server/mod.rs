@@ -12,6 +12,7 @@ mod poster;
 mod resolve;
 mod session;
 mod trust;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -159,6 +160,25 @@ pub(crate) struct ServerShared {
     /// Staging bytes kept for reuse, over all sessions.
     kept_staging: Arc<AtomicUsize>,
     sessions: Mutex<Vec<Arc<Session>>>,
+    /// Whether the export is watched for change notices.
+    pub(crate) watch: watch::WatchState,
+}
+
+impl ServerShared {
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The sessions that asked for change notices.
+    pub(crate) fn watching_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|s| s.is_watching())
+            .cloned()
+            .collect()
+    }
 }
 
 /// Refusals before authentication: any peer can cause them at will.
@@ -241,7 +261,9 @@ impl Server {
             connections: AtomicUsize::new(0),
             kept_staging: Arc::new(AtomicUsize::new(0)),
             sessions: Mutex::new(Vec::new()),
+            watch: watch::WatchState::default(),
         });
+        watch::start(shared.clone());
         let workers = if cfg.workers == 0 {
             std::thread::available_parallelism().map_or(8, |n| (n.get() * 4).max(8))
         } else {

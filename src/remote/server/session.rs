@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hipfs_rdma::{Connection, OwnedRegion};
 
@@ -53,9 +54,15 @@ pub(crate) struct Session {
     /// connections: the bytes travel outside the tagged messages; verbs
     /// is as trusted as the fabric).
     digests: bool,
+    /// The client asked for change notices (`Op::Watch`).
+    watching: AtomicBool,
 }
 
 impl Session {
+    pub(crate) fn is_watching(&self) -> bool {
+        self.watching.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn new(
         conn: Arc<dyn Connection>,
         send_from_file: bool,
@@ -82,6 +89,7 @@ impl Session {
             }),
             seal: Sealer::new(None),
             digests: false,
+            watching: AtomicBool::new(false),
         }
     }
 
@@ -249,6 +257,15 @@ impl Session {
                         log::warn!("cannot grant a file capability: {e}");
                         libc::ENOMEM
                     })
+            }
+            Op::Watch => {
+                // The initial walk of a large export may still run.
+                if shared.watch.watching(Duration::from_secs(20)) {
+                    self.watching.store(true, Ordering::Relaxed);
+                    Ok(Payload::Empty)
+                } else {
+                    Err(libc::ENOSYS)
+                }
             }
             Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
             Op::Getattr { path, fh } => match fh {

@@ -15,6 +15,9 @@
 mod cache;
 mod files;
 mod nodes;
+mod notices;
+
+pub use notices::ChangeFeed;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

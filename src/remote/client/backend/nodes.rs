@@ -35,6 +35,17 @@ pub(super) fn join(dir: &[u8], name: &OsStr) -> Result<Vec<u8>> {
     Ok(p)
 }
 
+/// `dir/name` (or `name` in the root), for names already checked.
+pub(super) fn join_bytes(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    if !dir.is_empty() {
+        p.extend_from_slice(dir);
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
 /// `path` with the prefix `from` replaced by `to`, if it starts with it.
 pub(super) fn moved(path: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
     if path == from {
