@@ -38,6 +38,7 @@ if [ "$want" = test ]; then
         "python|the Python package's tests in a fresh venv (scripts/test.d/20)|python3-pip python3-venv"
         "posix tools|tools the mount tests drive (fio, tar, rsync, xattr and ACL tools)|fio rsync tar attr acl"
         "sshfs peer|the peer of mount-scripts/bench-vs-sshfs.sh|openssh-server sshfs"
+        "pjdfstest|building pjdfstest for scripts/pjdfstest.sh (which installs them itself too)|autoconf automake"
     )
 fi
 
