@@ -221,3 +221,44 @@ fn without_notices_a_long_lifetime_would_serve_stale_names() {
         "listings are not cached without notices"
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_working_directory_in_the_mount_survives_the_notices_of_changes_to_it() {
+    // A notice about a directory that keeps its inode drops its attributes,
+    // never its name: an unhashed name would make getcwd fail for every
+    // process working inside (it did: prove's File::Find in pjdfstest).
+    require_fuse!();
+    let f = Fixture::new();
+    let script = format!(
+        "mkdir {m}/w && cd {m}/w && touch a && mkdir sub && chmod 750 . && \
+         sleep 0.5 && /bin/pwd && ls",
+        m = f.mnt.path().display()
+    );
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Changes by someone else while it sits there.
+    eventually("w made", || f.e("w").exists());
+    std::thread::sleep(Duration::from_millis(100));
+    fs::set_permissions(f.e("w"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(f.e("w/b"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pwd = f.mnt.path().canonicalize().unwrap().join("w");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\na\nb\nsub\n", pwd.display())
+    );
+}

@@ -67,8 +67,8 @@ pub(crate) struct Link {
 /// A change notice pushed by the server (see `Op::Watch`).
 #[derive(Debug)]
 pub(crate) enum Notice {
-    /// (directory, name) pairs below the export root that changed.
-    Changed(Vec<(Vec<u8>, Vec<u8>)>),
+    /// (directory, name, inode now there) below the export root that changed.
+    Changed(Vec<(Vec<u8>, Vec<u8>, u64)>),
     /// Anything may have changed (the server lost track, or this client
     /// was disconnected).
     Everything,

@@ -61,13 +61,15 @@ pub enum Payload {
     /// Filesystem statistics.
     Statfs(StatFs),
     /// Pushed to watching connections (id [`super::NOTICE_ID`]): names
-    /// that changed, as (directory, name) below the export root; an empty
-    /// name means the directory itself. `everything` means notices were
+    /// that changed, as (directory, name, inode) below the export root; an
+    /// empty name means the directory itself; the inode is what the name
+    /// is now (0: nothing), so a client whose cached name still means that
+    /// inode keeps the name and drops only the inode's attributes. `everything` means notices were
     /// lost (the watch queue overflowed): every cached name and attribute
     /// may be stale.
     Changed {
         /// What changed.
-        names: Vec<(Vec<u8>, Vec<u8>)>,
+        names: Vec<(Vec<u8>, Vec<u8>, u64)>,
         /// Drop every cache.
         everything: bool,
     },
@@ -173,8 +175,8 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         }
         Payload::Changed { names, everything } => {
             w.u8(13).bool(*everything).u32(names.len() as u32);
-            for (dir, name) in names {
-                w.bytes(dir).bytes(name);
+            for (dir, name, ino) in names {
+                w.bytes(dir).bytes(name).u64(*ino);
             }
         }
     }
@@ -243,7 +245,7 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
         }
         13 => {
             let everything = r.bool("everything flag")?;
-            let n = r.count("changed names", MAX_CHANGED, 8)?;
+            let n = r.count("changed names", MAX_CHANGED, 16)?;
             let mut names = Vec::with_capacity(n);
             for _ in 0..n {
                 let dir = r.bytes("changed directory", super::MAX_REL_PATH)?;
@@ -252,7 +254,7 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                 if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
                     return Err(ProtoError::BadPath("changed name".into()));
                 }
-                names.push((dir.to_vec(), name.to_vec()));
+                names.push((dir.to_vec(), name.to_vec(), r.u64("changed inode")?));
             }
             Payload::Changed { names, everything }
         }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
 use super::super::proto::{Payload, Reply, MAX_CHANGED, NOTICE_ID};
-use super::resolve::{open_node, proc_path};
+use super::resolve::{open_node, proc_path, stat_at};
 use super::ServerShared;
 use hipfs_sys::dirent::{getdents64, Dirents};
 
@@ -277,22 +277,48 @@ fn run(shared: &Arc<ServerShared>) {
         }
         let mut seen = HashSet::new();
         names.retain(|n| seen.insert(n.clone()));
+        let names = names
+            .into_iter()
+            .map(|(dir, name)| {
+                let ino = if name.is_empty() {
+                    0
+                } else {
+                    ino_now(shared, &dir, &name)
+                };
+                (dir, name, ino)
+            })
+            .collect();
         push(shared, names, everything);
     }
 }
 
+/// The inode number clients know `dir/name` by now (0: no such name).
+fn ino_now(shared: &ServerShared, dir: &[u8], name: &[u8]) -> u64 {
+    let Ok(d) = open_node(
+        shared.export.root_fd(),
+        dir,
+        libc::O_PATH | libc::O_DIRECTORY,
+    ) else {
+        return 0;
+    };
+    let Ok(n) = super::resolve::cstr(name) else {
+        return 0;
+    };
+    stat_at(d.as_fd(), &n).map_or(0, |st| shared.export.wire_ino(&st))
+}
+
 /// Sends the notice to every watching session.
-fn push(shared: &ServerShared, names: Vec<(Vec<u8>, Vec<u8>)>, everything: bool) {
+fn push(shared: &ServerShared, names: Vec<(Vec<u8>, Vec<u8>, u64)>, everything: bool) {
     let sessions = shared.watching_sessions();
     if sessions.is_empty() {
         return;
     }
     // Well inside one message, however long the paths.
     const MAX_BYTES: usize = 256 * 1024;
-    let mut chunks: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new()];
+    let mut chunks: Vec<Vec<(Vec<u8>, Vec<u8>, u64)>> = vec![Vec::new()];
     let mut bytes = 0;
     for n in names {
-        let len = n.0.len() + n.1.len() + 8;
+        let len = n.0.len() + n.1.len() + 16;
         let full = chunks
             .last()
             .is_some_and(|c| c.len() >= MAX_CHANGED || bytes + len > MAX_BYTES);

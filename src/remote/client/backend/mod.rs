@@ -335,6 +335,12 @@ impl Backend for RemoteFs {
             return Err(Errno::EIO);
         };
         self.remember(path.clone(), &entry);
+        if flags & libc::O_EXCL != 0 {
+            // A file this create made has no file capability (only setcap
+            // sets one; a notice clears this if someone does): the kernel's
+            // check before the first write need not ask the server.
+            self.note_missing_xattr(entry.attr.ino, b"security.capability", Errno::ENODATA);
+        }
         Ok((
             entry,
             self.add_file(entry.attr.ino, path, flags, epoch, fh, wire_cred(cred)),

@@ -86,9 +86,9 @@ fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
     }
 }
 
-fn apply_names(fs: &RemoteFs, names: Vec<(Vec<u8>, Vec<u8>)>, inv: &Invalidator) {
+fn apply_names(fs: &RemoteFs, names: Vec<(Vec<u8>, Vec<u8>, u64)>, inv: &Invalidator) {
     let mut wanted = HashSet::new();
-    for (dir, name) in &names {
+    for (dir, name, _) in &names {
         wanted.insert(dir.clone());
         if !name.is_empty() {
             wanted.insert(join_bytes(dir, name));
@@ -96,18 +96,28 @@ fn apply_names(fs: &RemoteFs, names: Vec<(Vec<u8>, Vec<u8>)>, inv: &Invalidator)
     }
     let inos = fs.inos_of(&wanted);
     let mut changed: HashSet<Ino> = HashSet::new();
-    for (dir, name) in &names {
+    for (dir, name, now) in &names {
         let dirs = inos.get(dir).map(Vec::as_slice).unwrap_or_default();
         changed.extend(dirs);
         if name.is_empty() {
             continue;
         }
-        for d in dirs {
-            inv.entry(*d, OsStr::from_bytes(name));
-        }
-        if let Some(v) = inos.get(&join_bytes(dir, name)) {
-            changed.extend(v);
-        }
+        let known = inos.get(&join_bytes(dir, name));
+        match known {
+            // The kernel's name still means that inode: keep the name (a
+            // dropped directory entry would cut off every process whose
+            // working directory it is), drop only the inode's attributes.
+            Some(v) if *now != 0 && v.contains(now) => changed.insert(*now),
+            _ => {
+                // A new name (a negative entry may be cached), a name gone
+                // or now meaning another inode.
+                for d in dirs {
+                    inv.entry(*d, OsStr::from_bytes(name));
+                }
+                changed.extend(known.into_iter().flatten());
+                true
+            }
+        };
     }
     fs.forget_missing_xattrs(&changed);
     for ino in changed {
@@ -127,23 +137,31 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
-    let mut by_path: HashMap<&[u8], Ino> = HashMap::new();
+    // Names of directories (those with known children) are left to
+    // expire: dropping them would cut off the processes working inside.
+    // Their attributes and listings go.
+    let split = |p: &[u8]| -> (Vec<u8>, Vec<u8>) {
+        match p.iter().rposition(|&b| b == b'/') {
+            Some(i) => (p[..i].to_vec(), p[i + 1..].to_vec()),
+            None => (Vec::new(), p.to_vec()),
+        }
+    };
+    let mut by_path: HashMap<Vec<u8>, Ino> = HashMap::new();
+    let mut parents: HashSet<Vec<u8>> = HashSet::new();
     for (ino, paths) in &all {
         for p in paths {
-            by_path.insert(p, *ino);
+            by_path.insert(p.clone(), *ino);
+            parents.insert(split(p).0);
         }
     }
     for (ino, paths) in &all {
         for p in paths {
-            let (dir, name) = match p.iter().rposition(|&b| b == b'/') {
-                Some(i) => (&p[..i], &p[i + 1..]),
-                None => (&b""[..], &p[..]),
-            };
-            if name.is_empty() {
-                continue; // the root
+            let (dir, name) = split(p);
+            if name.is_empty() || parents.contains(p) {
+                continue;
             }
-            if let Some(d) = by_path.get(dir) {
-                inv.entry(*d, OsStr::from_bytes(name));
+            if let Some(d) = by_path.get(&dir) {
+                inv.entry(*d, OsStr::from_bytes(&name));
             }
         }
         inv.inode(*ino, true);
