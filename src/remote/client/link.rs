@@ -15,8 +15,8 @@ use super::super::auth::{
     CLIENT_PROOF, SERVER_PROOF,
 };
 use super::super::proto::{
-    Challenge, CredKind, Hello, Kind, Payload, Proof, Refused, Reply, Welcome, FLAG_NO_MAC, MAX_IO,
-    NOTICE_ID,
+    Challenge, ChangedName, CredKind, Hello, Kind, Payload, Proof, Refused, Reply, Welcome,
+    FLAG_NO_MAC, MAX_IO, NOTICE_ID,
 };
 use super::super::seal::{Opener, Sealer};
 use super::super::server::{fetch_ticket, transport_config};
@@ -68,7 +68,7 @@ pub(crate) struct Link {
 #[derive(Debug)]
 pub(crate) enum Notice {
     /// (directory, name, inode now there) below the export root that changed.
-    Changed(Vec<(Vec<u8>, Vec<u8>, u64)>),
+    Changed(Vec<ChangedName>),
     /// Anything may have changed (the server lost track, or this client
     /// was disconnected).
     Everything,

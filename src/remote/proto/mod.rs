@@ -33,7 +33,7 @@ mod types;
 pub use codec::{Reader, Writer};
 pub use handshake::{Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC, NONCE_LEN};
 pub use ops::{Op, Request};
-pub use reply::{Payload, Reply, MAX_CHANGED};
+pub use reply::{ChangedName, Payload, Reply, MAX_CHANGED};
 
 /// The request id of pushed change notices (requests count from 1).
 pub const NOTICE_ID: u64 = 0;

@@ -10,6 +10,9 @@ use super::{
     MAX_XATTR,
 };
 
+/// One changed name of a notice: directory, name, the inode it means now.
+pub type ChangedName = (Vec<u8>, Vec<u8>, u64);
+
 /// Most names one change notice carries (the server sends more notices).
 pub const MAX_CHANGED: usize = 1024;
 
@@ -69,7 +72,7 @@ pub enum Payload {
     /// may be stale.
     Changed {
         /// What changed.
-        names: Vec<(Vec<u8>, Vec<u8>, u64)>,
+        names: Vec<ChangedName>,
         /// Drop every cache.
         everything: bool,
     },

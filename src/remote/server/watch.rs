@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 
-use super::super::proto::{Payload, Reply, MAX_CHANGED, NOTICE_ID};
+use super::super::proto::{ChangedName, Payload, Reply, MAX_CHANGED, NOTICE_ID};
 use super::resolve::{open_node, proc_path, stat_at};
 use super::ServerShared;
 use hipfs_sys::dirent::{getdents64, Dirents};
@@ -308,14 +308,14 @@ fn ino_now(shared: &ServerShared, dir: &[u8], name: &[u8]) -> u64 {
 }
 
 /// Sends the notice to every watching session.
-fn push(shared: &ServerShared, names: Vec<(Vec<u8>, Vec<u8>, u64)>, everything: bool) {
+fn push(shared: &ServerShared, names: Vec<ChangedName>, everything: bool) {
     let sessions = shared.watching_sessions();
     if sessions.is_empty() {
         return;
     }
     // Well inside one message, however long the paths.
     const MAX_BYTES: usize = 256 * 1024;
-    let mut chunks: Vec<Vec<(Vec<u8>, Vec<u8>, u64)>> = vec![Vec::new()];
+    let mut chunks: Vec<Vec<ChangedName>> = vec![Vec::new()];
     let mut bytes = 0;
     for n in names {
         let len = n.0.len() + n.1.len() + 16;

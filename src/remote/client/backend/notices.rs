@@ -16,6 +16,7 @@ use std::sync::{Arc, Weak};
 
 use hipfs_fusefs::{Ino, Invalidator};
 
+use super::super::super::proto::ChangedName;
 use super::super::link::Notice;
 use super::nodes::join_bytes;
 use super::RemoteFs;
@@ -86,7 +87,7 @@ fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
     }
 }
 
-fn apply_names(fs: &RemoteFs, names: Vec<(Vec<u8>, Vec<u8>, u64)>, inv: &Invalidator) {
+fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
     let mut wanted = HashSet::new();
     for (dir, name, _) in &names {
         wanted.insert(dir.clone());
