@@ -98,6 +98,10 @@ impl Default for MountOptions {
 /// noticing (none is known) could leave something stale.
 pub const NOTIFIED_TTL: Duration = Duration::from_secs(60);
 
+/// How long "no such extended attribute" answers are kept on a mount with
+/// change notices: until a notice for the inode, in practice.
+const NOTIFIED_XATTR_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// Options `mount(8)` and fstab pass that mean nothing to a FUSE mount, or
 /// that the kernel already applies.
 const IGNORED: &[&str] = &[
@@ -372,7 +376,14 @@ fn mount_client(
     let fs = RemoteFs::new(client.clone()).without_xattrs(opts.no_xattr);
     let feed = if opts.no_watch { None } else { fs.subscribe() };
     let cfg = opts.mount_config(mountpoint, fs_name, server_ro, feed.is_some());
-    let fs = Arc::new(fs.with_xattr_ttl(cfg.attr_timeout));
+    // With notices, "no such xattr" holds until a notice names the inode
+    // (setting one is a change inotify reports).
+    let xattr_ttl = if feed.is_some() {
+        NOTIFIED_XATTR_TTL
+    } else {
+        cfg.attr_timeout
+    };
+    let fs = Arc::new(fs.with_xattr_ttl(xattr_ttl));
     let handle = hipfs_fusefs::mount(fs.clone(), cfg)?;
     if let (Some(feed), Some(inv)) = (feed, handle.invalidator()) {
         fs.apply_changes(feed, inv);

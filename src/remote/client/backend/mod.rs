@@ -108,6 +108,7 @@ impl RemoteFs {
             Node {
                 paths: vec![Vec::new()],
                 nlookup: 1,
+                no_xattrs: None,
             },
         );
         RemoteFs {

@@ -13,6 +13,10 @@ use super::RemoteFs;
 pub(super) struct Node {
     pub(super) paths: Vec<Vec<u8>>,
     pub(super) nlookup: u64,
+    /// When the server last said this inode has no extended attributes
+    /// (readdir): kept here, with the inode, so that the answer for every
+    /// file of a large tree stays as long as the kernel knows the file.
+    pub(super) no_xattrs: Option<std::time::Instant>,
 }
 
 /// Paths remembered per inode (hard links beyond this are found again by lookup).
@@ -106,6 +110,7 @@ impl RemoteFs {
         let n = nodes.entry(e.attr.ino).or_insert(Node {
             paths: Vec::new(),
             nlookup: 0,
+            no_xattrs: None,
         });
         n.paths.retain(|p| *p != path);
         n.paths.insert(0, path);

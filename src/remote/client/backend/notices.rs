@@ -60,6 +60,14 @@ impl RemoteFs {
     }
 
     fn forget_missing_xattrs(&self, inos: &HashSet<Ino>) {
+        {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            for ino in inos {
+                if let Some(n) = nodes.get_mut(ino) {
+                    n.no_xattrs = None;
+                }
+            }
+        }
         self.missing_xattrs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -138,6 +146,14 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
+    for n in fs
+        .nodes
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .values_mut()
+    {
+        n.no_xattrs = None;
+    }
     // Names of directories (those with known children) are left to
     // expire: dropping them would cut off the processes working inside.
     // Their attributes and listings go.
