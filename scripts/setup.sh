@@ -39,6 +39,7 @@ if [ "$want" = test ]; then
         "posix tools|tools the mount tests drive (fio, tar, rsync, xattr and ACL tools)|fio rsync tar attr acl"
         "sshfs peer|the peer of mount-scripts/bench-vs-sshfs.sh|openssh-server sshfs"
         "cmake|the C ABI test of the installed CMake package (find_package(hipfile), tests/c/run.sh)|cmake"
+        "pjdfstest|building pjdfstest for scripts/pjdfstest.sh (which installs them itself too)|autoconf automake"
     )
 fi
 

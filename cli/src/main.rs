@@ -142,6 +142,40 @@ enum BenchCmd {
     ///
     /// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
     Userspace(remote_cmds::BenchRemoteArgs),
+    /// `ls -lR` (cold and repeated), `find`, `cat` of many small files,
+    /// `cp -r` out and in, `tar -x` in: on a local directory and through a
+    /// hipfs mount of it (in-process server on loopback) in one run, with
+    /// the ratios; `--peer sshfs=/mnt/x` adds another mount of the same
+    /// directory (`--data`). Root drops caches before the cold steps.
+    ///
+    /// Example: hipfs bench meta --tree-files 100000 --small-files 10000
+    Meta {
+        /// Where the run's directory goes.
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// Files for ls -lR and find (1,000 per directory).
+        #[arg(long, default_value_t = 100_000)]
+        tree_files: usize,
+        /// Small files for cat, cp -r and tar -x.
+        #[arg(long, default_value_t = 10_000)]
+        small_files: usize,
+        /// -o options of the hipfs mount (default: none).
+        #[arg(short = 'o', default_value = "")]
+        options: String,
+        /// A data directory made by an earlier run (or `--generate-only`)
+        /// with the same counts, which the peers mount.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Only make the data set in --data and exit.
+        #[arg(long, requires = "data")]
+        generate_only: bool,
+        /// LABEL=MOUNTPOINT of another mount of --data, timed beside.
+        #[arg(long, value_name = "LABEL=DIR")]
+        peer: Vec<String>,
+        /// Repetitions per step (median).
+        #[arg(long, default_value_t = 1)]
+        repeats: usize,
+    },
 }
 
 fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
@@ -216,6 +250,42 @@ fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
         }
         BenchCmd::Userspace(a) => remote_cmds::run_bench_userspace(&a),
         BenchCmd::Mount(a) => remote_cmds::run_bench_mount(&a),
+        BenchCmd::Meta {
+            dir,
+            tree_files,
+            small_files,
+            options,
+            data,
+            generate_only,
+            peer,
+            repeats,
+        } => {
+            if generate_only {
+                let d = data.ok_or("--generate-only needs --data DIR")?;
+                std::fs::create_dir_all(&d)?;
+                return Ok(bench::meta::generate(&d, tree_files, small_files)?);
+            }
+            let peers = peer
+                .iter()
+                .map(|p| {
+                    p.split_once('=')
+                        .map(|(l, d)| (l.to_string(), PathBuf::from(d)))
+                        .ok_or_else(|| format!("--peer {p}: expected LABEL=MOUNTPOINT"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if !peers.is_empty() && data.is_none() {
+                return Err("--peer needs --data DIR: the directory the peers mount".into());
+            }
+            bench::meta::run_meta_bench(&bench::meta::MetaBenchOptions {
+                dir,
+                tree_files,
+                small_files,
+                mount_options: options,
+                peers,
+                data,
+                repeats,
+            })
+        }
     }
 }
 

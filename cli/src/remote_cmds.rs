@@ -48,6 +48,12 @@ pub struct ServeArgs {
     /// Let root of token-authenticated hosts act as root on the export.
     #[arg(long, conflicts_with = "squash_root")]
     pub no_root_squash: bool,
+    /// Refuse to make block and character device nodes (EPERM), even for
+    /// a caller acting as root. Without it, root callers (those the root
+    /// squash leaves root) may mknod them; the server never opens one for
+    /// a client either way.
+    #[arg(long)]
+    pub no_devices: bool,
     /// The uids clients may claim, e.g. 1000-1999,0 (default: any).
     #[arg(long, value_name = "RANGES")]
     pub allow_uids: Option<String>,
@@ -181,6 +187,7 @@ enum StopReason {
 pub fn run_serve(args: &ServeArgs) -> CmdResult {
     let mut cfg = ServeConfig::new(&args.dir, args.listen.clone());
     cfg.read_only = args.read_only;
+    cfg.allow_devices = !args.no_devices;
     cfg.insecure = args.insecure;
     cfg.workers = args.workers;
     cfg.send_from_file = !args.no_sendfile;
@@ -306,20 +313,22 @@ pub fn run_mount(args: &MountArgs) -> CmdResult {
     if args.daemon_child {
         report_ready()?;
     }
-    // Wait for a signal or for the mount to go away (umount from outside).
+    // Wait for a signal or for this mount's own FUSE session to end (an
+    // unmount from outside). The session, not the mount table: a new mount
+    // at the same place, or a mount point gone with its parent, must not
+    // keep this process alive or be unmounted by it.
     let (tx, rx) = mpsc::channel();
-    forward_signal(signals, tx.clone());
-    let watcher_mp = mountpoint.clone();
-    std::thread::spawn(move || loop {
-        std::thread::sleep(Duration::from_millis(500));
-        if !hipfs_fusefs::is_mounted(&watcher_mp).unwrap_or(true) {
-            let _ = tx.send(StopReason::Unmounted);
-            return;
+    forward_signal(signals, tx);
+    let reason = loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(r) => break r,
+            Err(mpsc::RecvTimeoutError::Timeout) if !mounted.session_ended() => {}
+            Err(_) => break StopReason::Unmounted,
         }
-    });
-    match rx.recv() {
-        Ok(StopReason::Signal(sig)) => log::info!("signal {sig}: unmounting"),
-        Ok(StopReason::Unmounted) | Err(_) => log::info!("unmounted from outside"),
+    };
+    match reason {
+        StopReason::Signal(sig) => log::info!("signal {sig}: unmounting"),
+        StopReason::Unmounted => log::info!("unmounted from outside"),
     }
     mounted.unmount()?;
     Ok(())

@@ -490,6 +490,16 @@ pub trait Backend: Send + Sync + 'static {
         Err(Errno::ENOSYS)
     }
 
+    /// Whether the backend itself clears the setuid and setgid bits when a caller without
+    /// the privilege to keep them writes, truncates or chowns a file (its storage does it,
+    /// as a local filesystem written as the caller does). When true the adapter asks the
+    /// kernel for `FUSE_HANDLE_KILLPRIV_V2`, and the kernel stops sending the `SETATTR`
+    /// that clears them as the writer before a write: a non-owner's write to a setuid file
+    /// would otherwise fail with `EPERM` there, and the write with it.
+    fn kills_privileges(&self) -> bool {
+        false
+    }
+
     /// What the open file `(ino, fh)` is, for [`crate::identify_fd`]: an opaque description
     /// (for hipfs: server, export and remote file id) of at most
     /// [`crate::IDENTIFY_MAX_PAYLOAD`] bytes. `None` answers the ioctl with `ENOTTY`.

@@ -27,7 +27,7 @@ pub use identify::{
 };
 pub use memfs::MemFs;
 pub use mount::{
-    mount, mount_foreground, unmount_path, MountConfig, MountHandle, DEFAULT_MAX_IO,
+    mount, mount_foreground, unmount_path, Invalidator, MountConfig, MountHandle, DEFAULT_MAX_IO,
     DEFAULT_MAX_READAHEAD, FS_SUBTYPE,
 };
 pub use mountinfo::{is_hipfs_fd, is_mounted, mount_at, HIPFS_FS_TYPE};

@@ -68,6 +68,12 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Let users other than the mounting one in. Default off.
     pub allow_other: bool,
+    /// Without `allow_other`: keep root out too, and keep `allow_other` out of the kernel's
+    /// options, so the mount table says what the mount does. `auto_unmount` needs
+    /// `allow_other` in the kernel, so such a mount goes without it. Default off: then a
+    /// mount without `allow_other` made through fusermount3 lets the owner and root in
+    /// (libfuse's `allow_root`), which the kernel can only express as `allow_other`.
+    pub owner_only: bool,
     /// The kernel checks mode bits before asking the backend. Default on.
     pub default_permissions: bool,
     /// How long the kernel caches attributes. Default 1 s.
@@ -94,6 +100,11 @@ pub struct MountConfig {
     /// Session threads, each with its own cloned `/dev/fuse` fd. Default: the CPU count,
     /// between 2 and 8.
     pub threads: usize,
+    /// Let the kernel cache directory listings (`FOPEN_CACHE_DIR` with `FOPEN_KEEP_CACHE` on
+    /// opendir) until the backend invalidates the directory ([`Invalidator::inode`]) or its
+    /// attributes show it changed. Default off: only a backend that is told of every change
+    /// may turn it on.
+    pub cache_dir: bool,
     /// Have fusermount3 unmount if this process dies (also sets the `fuse.hipfs` type in the
     /// mount table). Default on.
     pub auto_unmount: bool,
@@ -108,6 +119,7 @@ impl MountConfig {
             fs_name: "hipfs".to_string(),
             read_only: false,
             allow_other: false,
+            owner_only: false,
             default_permissions: true,
             attr_timeout: Duration::from_secs(1),
             entry_timeout: Duration::from_secs(1),
@@ -118,6 +130,7 @@ impl MountConfig {
             max_write: DEFAULT_MAX_IO,
             max_readahead: DEFAULT_MAX_READAHEAD,
             threads: cpus.clamp(2, 8),
+            cache_dir: false,
             auto_unmount: true,
         }
     }
@@ -164,6 +177,7 @@ impl MountConfig {
             read_only: self.read_only,
             direct_io: self.direct_io,
             keep_cache: self.keep_cache,
+            cache_dir: self.cache_dir,
             max_write: self.max_write,
             max_readahead: self.max_readahead,
             // Enough outstanding async reads for readahead and direct I/O to keep every
@@ -188,10 +202,11 @@ impl MountConfig {
         } else {
             MountOption::RW
         });
-        let auto_unmount = self.auto_unmount && fusermount_available();
+        let owner_only = self.owner_only && !self.allow_other;
+        let auto_unmount = self.auto_unmount && !owner_only && fusermount_available();
         if auto_unmount {
             options.push(MountOption::AutoUnmount);
-        } else if self.auto_unmount {
+        } else if self.auto_unmount && !owner_only {
             warn!(
                 "no fusermount3 or fusermount on PATH: mounting {} without auto_unmount \
                  (if this process is killed, `hipfs umount` or `umount` cleans up)",
@@ -336,6 +351,34 @@ fn raise_readahead(major: u32, minor: u32, bytes: u32) {
     }
 }
 
+/// Drops entries and attributes the kernel cached (FUSE's notify calls). Errors are ignored:
+/// `ENOENT` only means the kernel held nothing under that name or number.
+#[derive(Clone)]
+pub struct Invalidator {
+    notifier: fuser::Notifier,
+}
+
+impl std::fmt::Debug for Invalidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Invalidator")
+    }
+}
+
+impl Invalidator {
+    /// Forgets the name `name` in directory `parent` (positive or negative entry).
+    pub fn entry(&self, parent: crate::Ino, name: &std::ffi::OsStr) {
+        let _ = self.notifier.inval_entry(fuser::INodeNo(parent), name);
+    }
+
+    /// Forgets the attributes of `ino` and, with `data`, its cached pages (for a directory:
+    /// its cached listing).
+    pub fn inode(&self, ino: crate::Ino, data: bool) {
+        let _ = self
+            .notifier
+            .inval_inode(fuser::INodeNo(ino), if data { 0 } else { -1 }, 0);
+    }
+}
+
 /// A live mount served in the background. Unmounts when dropped.
 #[derive(Debug)]
 pub struct MountHandle {
@@ -353,9 +396,35 @@ impl MountHandle {
         &self.mountpoint
     }
 
+    /// Tells this mount's kernel to drop what it cached, for a backend that learns of changes
+    /// made elsewhere. Calls made through it may block while a request on the same directory
+    /// or inode is in progress, so make them from a thread of their own, never from a
+    /// backend method.
+    pub fn invalidator(&self) -> Option<Invalidator> {
+        self.session.as_ref().map(|s| Invalidator {
+            notifier: s.notifier(),
+        })
+    }
+
+    /// Whether this mount's FUSE session has ended: the kernel ended the connection (an
+    /// unmount from outside, an abort). Unlike looking at the mount table by path, this
+    /// is about this mount only, whatever is mounted at the same place now.
+    pub fn session_ended(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+
     /// Unmounts and waits for the session threads to end.
     pub fn unmount(mut self) -> Result<(), FuseError> {
         self.shutdown()
+    }
+
+    /// Whether the mount on top at the mount point is this one (by its device number): an
+    /// unmount by path must never take away a mount someone made there since.
+    fn ours_on_top(&self) -> bool {
+        let Some(id) = self.connection else {
+            return true;
+        };
+        mount_device(&self.mountpoint).is_none_or(|(major, minor)| (major << 20) | minor == id)
     }
 
     fn shutdown(&mut self) -> Result<(), FuseError> {
@@ -363,7 +432,21 @@ impl MountHandle {
             return Ok(());
         };
         self.closing.store(true, Ordering::SeqCst);
-        let unmounted = unmount_path(&self.mountpoint);
+        if session.guard.is_finished() {
+            // The kernel ended this session (unmounted from outside): nothing of ours is
+            // left to unmount, and whatever is mounted there now is someone else's.
+            return session.join().map_err(|source| FuseError::Session {
+                mountpoint: self.mountpoint.clone(),
+                source,
+            });
+        }
+        let unmounted = if self.ours_on_top() {
+            unmount_path(&self.mountpoint)
+        } else {
+            Err(io::Error::other(
+                "another mount now covers the mount point; not unmounting by path",
+            ))
+        };
         if let Err(e) = &unmounted {
             warn!(
                 "unmount {}: {e}; aborting the connection",

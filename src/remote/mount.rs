@@ -19,8 +19,15 @@ use super::RemoteError;
 pub struct MountOptions {
     /// Refuse writes.
     pub read_only: bool,
-    /// Let other users in (`allow_other`).
+    /// Let other users in (`allow_other`): on by default for a mount made by
+    /// root, like an NFS mount (the server's permission checks decide, as
+    /// the caller, with the kernel's mode checks in front); `private` turns
+    /// it off. Off by default for other users (FUSE lets only root allow
+    /// other users through `user_allow_other`).
     pub allow_other: bool,
+    /// `private`: only the mounting user (and no one else, root included
+    /// for a non-root mount) may use the mount.
+    pub private: bool,
     /// File holding the token.
     pub token_file: Option<PathBuf>,
     /// The server's local ticket socket (`local_socket=PATH`); `None`: the
@@ -30,6 +37,11 @@ pub struct MountOptions {
     pub attr_timeout: Option<Duration>,
     /// How long the kernel caches names.
     pub entry_timeout: Option<Duration>,
+    /// How long the kernel caches "no such name".
+    pub negative_timeout: Option<Duration>,
+    /// `nowatch`: ask the server for no change notices, and cache for
+    /// short times only (1 s attributes and names, no missing names).
+    pub no_watch: bool,
     /// Bypass the page cache.
     pub direct_io: bool,
     /// How long a call waits for an absent server before failing.
@@ -60,10 +72,13 @@ impl Default for MountOptions {
         MountOptions {
             read_only: false,
             allow_other: false,
+            private: false,
             token_file: None,
             local_socket: None,
             attr_timeout: None,
             entry_timeout: None,
+            negative_timeout: None,
+            no_watch: false,
             direct_io: false,
             timeout: Duration::from_secs(30),
             transport: TransportKind::Auto,
@@ -76,6 +91,16 @@ impl Default for MountOptions {
         }
     }
 }
+
+/// How long a mount whose server pushes change notices lets the kernel
+/// cache names and attributes. The notices, not this lifetime, keep the
+/// caches fresh; it bounds how long a notice lost without the server
+/// noticing (none is known) could leave something stale.
+pub const NOTIFIED_TTL: Duration = Duration::from_secs(60);
+
+/// How long "no such extended attribute" answers are kept on a mount with
+/// change notices: until a notice for the inode, in practice.
+const NOTIFIED_XATTR_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Options `mount(8)` and fstab pass that mean nothing to a FUSE mount, or
 /// that the kernel already applies.
@@ -132,7 +157,14 @@ impl MountOptions {
             };
             match k {
                 "ro" => o.read_only = true,
-                "allow_other" => o.allow_other = true,
+                "allow_other" => {
+                    o.allow_other = true;
+                    o.private = false;
+                }
+                "private" => {
+                    o.private = true;
+                    o.allow_other = false;
+                }
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
                 "hard" => o.hard = true,
@@ -144,6 +176,8 @@ impl MountOptions {
                 "tls_name" => o.tls_name = Some(need(v)?),
                 "attr_timeout" => o.attr_timeout = Some(secs(k, &need(v)?)?),
                 "entry_timeout" => o.entry_timeout = Some(secs(k, &need(v)?)?),
+                "negative_timeout" => o.negative_timeout = Some(secs(k, &need(v)?)?),
+                "nowatch" => o.no_watch = true,
                 "timeout" => o.timeout = secs(k, &need(v)?)?.max(Duration::from_millis(100)),
                 "transport" => {
                     o.transport = need(v)?
@@ -171,7 +205,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, negative_timeout=S, nowatch, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -213,12 +247,31 @@ impl MountOptions {
         Ok(c)
     }
 
-    /// The FUSE settings for a mount on `mountpoint`.
-    pub fn mount_config(&self, mountpoint: &Path, fs_name: &str, server_ro: bool) -> MountConfig {
+    /// The FUSE settings for a mount on `mountpoint`; `notified`: the
+    /// server pushes change notices, so names, attributes, missing names
+    /// and directory listings are cached for [`NOTIFIED_TTL`] (each change
+    /// invalidates them at once) unless the options say otherwise.
+    pub fn mount_config(
+        &self,
+        mountpoint: &Path,
+        fs_name: &str,
+        server_ro: bool,
+        notified: bool,
+    ) -> MountConfig {
         let mut m = MountConfig::new(mountpoint);
+        if notified {
+            m.attr_timeout = NOTIFIED_TTL;
+            m.entry_timeout = NOTIFIED_TTL;
+            m.negative_timeout = NOTIFIED_TTL;
+            m.cache_dir = true;
+        }
+        if let Some(t) = self.negative_timeout {
+            m.negative_timeout = t;
+        }
         m.fs_name = fs_name.replace([',', ' ', '\n'], "_");
         m.read_only = self.read_only || server_ro;
-        m.allow_other = self.allow_other;
+        m.allow_other = self.allow_other || (hipfs_sys::process::euid() == 0 && !self.private);
+        m.owner_only = self.private;
         m.direct_io = self.direct_io;
         if let Some(t) = self.attr_timeout {
             m.attr_timeout = t;
@@ -247,6 +300,12 @@ pub struct LocalMount {
 }
 
 impl LocalMount {
+    /// Whether the FUSE session of this mount has ended (unmounted from
+    /// outside, or the connection aborted).
+    pub fn session_ended(&self) -> bool {
+        self.handle.as_ref().is_none_or(MountHandle::session_ended)
+    }
+
     /// Unmounts, then stops the in-process server (if any).
     pub fn unmount(mut self) -> Result<(), RemoteError> {
         if let Some(h) = self.handle.take() {
@@ -268,11 +327,7 @@ pub fn mount_remote(
 ) -> Result<LocalMount, RemoteError> {
     let client = RemoteClient::connect(opts.client_config(server)?)?;
     let fs_name = format!("{}:{}", client.server(), client.export_name());
-    let cfg = opts.mount_config(mountpoint, &fs_name, client.read_only());
-    let fs = RemoteFs::new(client.clone())
-        .with_xattr_ttl(cfg.attr_timeout)
-        .without_xattrs(opts.no_xattr);
-    let handle = hipfs_fusefs::mount(Arc::new(fs), cfg)?;
+    let handle = mount_client(&client, mountpoint, opts, &fs_name, client.read_only())?;
     Ok(LocalMount {
         handle: Some(handle),
         client,
@@ -301,16 +356,39 @@ pub fn mount_local(
     ccfg.transport = TransportKind::Tcp;
     let client = RemoteClient::connect(ccfg)?;
     let fs_name = format!("local:{}", dir.display());
-    let cfg = opts.mount_config(mountpoint, &fs_name, false);
-    let fs = RemoteFs::new(client.clone())
-        .with_xattr_ttl(cfg.attr_timeout)
-        .without_xattrs(opts.no_xattr);
-    let handle = hipfs_fusefs::mount(Arc::new(fs), cfg)?;
+    let handle = mount_client(&client, mountpoint, opts, &fs_name, false)?;
     Ok(LocalMount {
         handle: Some(handle),
         client,
         server: Some(server),
     })
+}
+
+/// Mounts `client`'s export: subscribed to change notices unless
+/// `nowatch` (or the server cannot send them), caching accordingly.
+fn mount_client(
+    client: &Arc<RemoteClient>,
+    mountpoint: &Path,
+    opts: &MountOptions,
+    fs_name: &str,
+    server_ro: bool,
+) -> Result<MountHandle, RemoteError> {
+    let fs = RemoteFs::new(client.clone()).without_xattrs(opts.no_xattr);
+    let feed = if opts.no_watch { None } else { fs.subscribe() };
+    let cfg = opts.mount_config(mountpoint, fs_name, server_ro, feed.is_some());
+    // With notices, "no such xattr" holds until a notice names the inode
+    // (setting one is a change inotify reports).
+    let xattr_ttl = if feed.is_some() {
+        NOTIFIED_XATTR_TTL
+    } else {
+        cfg.attr_timeout
+    };
+    let fs = Arc::new(fs.with_xattr_ttl(xattr_ttl));
+    let handle = hipfs_fusefs::mount(fs.clone(), cfg)?;
+    if let (Some(feed), Some(inv)) = (feed, handle.invalidator()) {
+        fs.apply_changes(feed, inv);
+    }
+    Ok(handle)
 }
 
 fn hex_token(b: &[u8]) -> String {
@@ -337,9 +415,9 @@ mod tests {
     fn max_readahead_option_sets_the_window_and_rejects_sizes_out_of_range() {
         let o = MountOptions::parse("ro,max_readahead=4M").unwrap();
         assert_eq!(o.max_readahead, Some(4 << 20));
-        let cfg = o.mount_config(Path::new("/mnt"), "x", false);
+        let cfg = o.mount_config(Path::new("/mnt"), "x", false, false);
         assert_eq!(cfg.max_readahead, 4 << 20);
-        let default = MountOptions::default().mount_config(Path::new("/mnt"), "x", false);
+        let default = MountOptions::default().mount_config(Path::new("/mnt"), "x", false, false);
         assert_eq!(
             default.max_readahead,
             MountConfig::new("/mnt").max_readahead

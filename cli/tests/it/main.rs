@@ -11,7 +11,8 @@ mod common;
 mod serve;
 
 mod cufile_mount;
-
+mod remote_coherence;
+mod remote_conformance;
 mod remote_data;
 mod remote_faults;
 mod remote_honest;

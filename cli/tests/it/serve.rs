@@ -47,6 +47,10 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        // A server left running holds its port, threads and an inotify
+        // instance (128 per user) past the test.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         if std::thread::panicking() {
             eprintln!(
                 "--- stderr of hipfs serve on port {} ---\n{}--- end ---",

@@ -7,7 +7,7 @@ use super::AdapterOptions;
 
 /// Sets request sizes and asks for the capabilities the adapter uses; anything the kernel
 /// cannot grant is logged and left at the kernel's value, never a failed mount.
-pub(super) fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) {
+pub(super) fn negotiate(opts: &AdapterOptions, kills_privileges: bool, config: &mut KernelConfig) {
     if let Err(max) = config.set_max_write(opts.max_write) {
         warn!("max_write {} refused, kernel limit {max}", opts.max_write);
         let _ = config.set_max_write(max);
@@ -34,6 +34,11 @@ pub(super) fn negotiate(opts: &AdapterOptions, config: &mut KernelConfig) {
         InitFlags::FUSE_ATOMIC_O_TRUNC,
     ] {
         if let Err(missing) = config.add_capabilities(cap) {
+            debug!("kernel lacks FUSE capability {missing:?}");
+        }
+    }
+    if kills_privileges {
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             debug!("kernel lacks FUSE capability {missing:?}");
         }
     }

@@ -42,6 +42,7 @@ pub(crate) struct AdapterOptions {
     pub(crate) read_only: bool,
     pub(crate) direct_io: bool,
     pub(crate) keep_cache: bool,
+    pub(crate) cache_dir: bool,
     pub(crate) max_write: u32,
     pub(crate) max_readahead: u32,
     pub(crate) max_background: u16,
@@ -194,7 +195,7 @@ impl FuseAdapter {
 
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        negotiate(&self.opts, config);
+        negotiate(&self.opts, self.backend.kills_privileges(), config);
         Ok(())
     }
 
@@ -488,7 +489,14 @@ impl Filesystem for FuseAdapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.call(|b| b.opendir(ino.0, flags.0, &self.cred(req))) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                if self.opts.cache_dir {
+                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                },
+            ),
             Err(e) => reply.error(fe(e)),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -15,7 +15,8 @@ use super::super::auth::{
     CLIENT_PROOF, SERVER_PROOF,
 };
 use super::super::proto::{
-    Challenge, CredKind, Hello, Kind, Proof, Refused, Reply, Welcome, FLAG_NO_MAC, MAX_IO,
+    Challenge, ChangedName, CredKind, Hello, Kind, Payload, Proof, Refused, Reply, Welcome,
+    FLAG_NO_MAC, MAX_IO, NOTICE_ID,
 };
 use super::super::seal::{Opener, Sealer};
 use super::super::server::{fetch_ticket, transport_config};
@@ -63,6 +64,18 @@ pub(crate) struct Link {
     pub(crate) device_allocs: super::device_reg::AllocationCache,
     seal: Sealer,
     open: Opener,
+    /// Where pushed change notices go (set before `Op::Watch` is sent).
+    notices: Mutex<Option<Sender<Notice>>>,
+}
+
+/// A change notice pushed by the server (see `Op::Watch`).
+#[derive(Debug)]
+pub(crate) enum Notice {
+    /// (directory, name, inode now there) below the export root that changed.
+    Changed(Vec<ChangedName>),
+    /// Anything may have changed (the server lost track, or this client
+    /// was disconnected).
+    Everything,
 }
 
 fn refused_or(msg: &[u8], what: RemoteError) -> RemoteError {
@@ -191,12 +204,18 @@ impl Link {
             device_allocs: Default::default(),
             seal,
             open,
+            notices: Mutex::new(None),
         });
         let reader = link.clone();
         std::thread::Builder::new()
             .name("hipfs-client-rx".into())
             .spawn(move || reader.read_replies())?;
         Ok(link)
+    }
+
+    /// Sends this link's change notices to `tx`.
+    pub(crate) fn set_notices(&self, tx: Sender<Notice>) {
+        *self.notices.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -222,6 +241,17 @@ impl Link {
                     .map_err(|e| e.to_string())
                     .and_then(|m| Reply::decode(&m).map_err(|e| e.to_string()))
                 {
+                    Ok(reply) if reply.id == NOTICE_ID => {
+                        if let Ok(Payload::Changed { names, everything }) = reply.result {
+                            let tx = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+                            if let Some(tx) = tx.as_ref() {
+                                let _ = tx.send(Notice::Changed(names));
+                                if everything {
+                                    let _ = tx.send(Notice::Everything);
+                                }
+                            }
+                        }
+                    }
                     Ok(reply) => {
                         let waiter = self
                             .pending

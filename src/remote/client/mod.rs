@@ -193,6 +193,9 @@ pub struct RemoteClient {
     epoch: AtomicU64,
     /// Caller pid → (expired deadline, when) of its last timed-out request.
     timed_out: Mutex<HashMap<u32, (Instant, Instant)>>,
+    /// Where change notices go once [`RemoteClient::watch`] succeeded;
+    /// every new link subscribes again.
+    notices: Mutex<Option<std::sync::mpsc::Sender<link::Notice>>>,
 }
 
 /// A FUSE request that arrives this soon after a request of the same
@@ -261,6 +264,15 @@ impl std::fmt::Debug for RemoteClient {
     }
 }
 
+/// This process's identity, for requests made for the mount itself.
+fn own_cred() -> WireCred {
+    WireCred {
+        uid: hipfs_sys::process::euid(),
+        gid: hipfs_sys::process::egid(),
+        groups: Vec::new(),
+    }
+}
+
 impl RemoteClient {
     /// Connects now, so a bad address or token is reported at once.
     pub fn connect(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
@@ -272,6 +284,7 @@ impl RemoteClient {
             epoch: AtomicU64::new(0),
             counters: ClientCounters::default(),
             timed_out: Mutex::new(HashMap::new()),
+            notices: Mutex::new(None),
         });
         c.link()?;
         Ok(c)
@@ -323,7 +336,38 @@ impl RemoteClient {
             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
+        let notices = self
+            .notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(tx) = notices {
+            // Changes while disconnected were not seen: drop every cache,
+            // and subscribe the new link (on its own thread: this call may
+            // be inside the request that found the old link dead).
+            l.set_notices(tx.clone());
+            let _ = tx.send(link::Notice::Everything);
+            self.post(&own_cred(), Op::Watch, epoch);
+        }
         Ok(l)
+    }
+
+    /// Subscribes to the server's change notices, delivered to `tx` from
+    /// now on (again after every reconnect). `false` when the server cannot
+    /// promise them (an older server, or an export it cannot watch whole).
+    pub(crate) fn watch(&self, tx: std::sync::mpsc::Sender<link::Notice>) -> bool {
+        let Ok(l) = self.link() else { return false };
+        l.set_notices(tx.clone());
+        match self.call(&own_cred(), Op::Watch) {
+            Ok(_) => {
+                *self.notices.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+                true
+            }
+            Err(e) => {
+                log::info!("server sends no change notices (errno {e}); short cache lifetimes");
+                false
+            }
+        }
     }
 
     /// Runs `f` as one operation: every call it makes on this thread shares

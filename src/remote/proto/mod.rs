@@ -33,7 +33,10 @@ mod types;
 pub use codec::{Reader, Writer};
 pub use handshake::{Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC, NONCE_LEN};
 pub use ops::{Op, Request};
-pub use reply::{Payload, Reply};
+pub use reply::{ChangedName, Payload, Reply, MAX_CHANGED};
+
+/// The request id of pushed change notices (requests count from 1).
+pub const NOTICE_ID: u64 = 0;
 pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, WireTime};
 
 /// The protocol version this build speaks. 2: credential kinds in `Proof`
@@ -44,8 +47,14 @@ pub const PROTO_VERSION: u16 = 2;
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;
 
-/// Longest relative path a request may carry (Linux PATH_MAX).
+/// Longest symlink target a request may carry (Linux PATH_MAX).
 pub const MAX_PATH: usize = 4096;
+/// Longest path below the export root a request may carry. The kernel
+/// limits only the paths a caller passes (PATH_MAX from its working
+/// directory), not how deep a tree is, so this is well above PATH_MAX: a
+/// caller inside a deep directory still reaches PATH_MAX further down. It
+/// stays below the message's 64 KiB header room with two paths (rename).
+pub const MAX_REL_PATH: usize = 28 * 1024;
 /// Longest single name component (NAME_MAX).
 pub const MAX_NAME: usize = 255;
 /// Largest read or write one request may ask for.

@@ -195,6 +195,12 @@ pub enum Op {
         /// Whether writing is asked for too.
         write: bool,
     },
+    /// Subscribes this connection to change notices: from the reply on,
+    /// the server pushes [`super::Payload::Changed`] (request id
+    /// [`super::NOTICE_ID`]) for every change in the export, whoever made
+    /// it. A server that cannot watch its export answers `ENOSYS`; an
+    /// older server does not know the opcode and answers an error too.
+    Watch,
 }
 
 impl Op {
@@ -225,6 +231,7 @@ impl Op {
             Op::Setxattr { .. } => 23,
             Op::Removexattr { .. } => 24,
             Op::GrantFile { .. } => 25,
+            Op::Watch => 26,
         }
     }
 
@@ -376,6 +383,7 @@ impl Request {
             Op::GrantFile { fh, write } => {
                 w.u64(*fh).bool(*write);
             }
+            Op::Watch => {}
         }
         w.finish()
     }
@@ -511,6 +519,7 @@ impl Request {
                 fh: r.u64("fh")?,
                 write: r.bool("write flag")?,
             },
+            26 => Op::Watch,
             v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
         };
         r.end()?;

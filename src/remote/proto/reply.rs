@@ -10,6 +10,12 @@ use super::{
     MAX_XATTR,
 };
 
+/// One changed name of a notice: directory, name, the inode it means now.
+pub type ChangedName = (Vec<u8>, Vec<u8>, u64);
+
+/// Most names one change notice carries (the server sends more notices).
+pub const MAX_CHANGED: usize = 1024;
+
 /// What a successful operation returns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Payload {
@@ -57,6 +63,19 @@ pub enum Payload {
     Names(Vec<Vec<u8>>),
     /// Filesystem statistics.
     Statfs(StatFs),
+    /// Pushed to watching connections (id [`super::NOTICE_ID`]): names
+    /// that changed, as (directory, name, inode) below the export root; an
+    /// empty name means the directory itself; the inode is what the name
+    /// is now (0: nothing), so a client whose cached name still means that
+    /// inode keeps the name and drops only the inode's attributes. `everything` means notices were
+    /// lost (the watch queue overflowed): every cached name and attribute
+    /// may be stale.
+    Changed {
+        /// What changed.
+        names: Vec<ChangedName>,
+        /// Drop every cache.
+        everything: bool,
+    },
 }
 
 /// A reply to request `id`: `Err(errno)` or a payload.
@@ -157,6 +176,12 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         Payload::Placed { n, digest } => {
             w.u8(12).u32(*n).bytes(digest);
         }
+        Payload::Changed { names, everything } => {
+            w.u8(13).bool(*everything).u32(names.len() as u32);
+            for (dir, name, ino) in names {
+                w.bytes(dir).bytes(name).u64(*ino);
+            }
+        }
     }
 }
 
@@ -220,6 +245,21 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                     .try_into()
                     .map_err(|_| ProtoError::BadValue("placed digest", d.len() as u64))?,
             }
+        }
+        13 => {
+            let everything = r.bool("everything flag")?;
+            let n = r.count("changed names", MAX_CHANGED, 16)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                let dir = r.bytes("changed directory", super::MAX_REL_PATH)?;
+                super::validate_rel_path(dir)?;
+                let name = r.bytes("changed name", MAX_NAME)?;
+                if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+                    return Err(ProtoError::BadPath("changed name".into()));
+                }
+                names.push((dir.to_vec(), name.to_vec(), r.u64("changed inode")?));
+            }
+            Payload::Changed { names, everything }
         }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })

@@ -305,6 +305,16 @@ fn crafted_paths_are_refused_with_reasons() {
     assert!(validate_rel_path(&[b'n'; 255]).is_ok());
     assert!(validate_rel_path(b"").is_ok());
     assert!(validate_rel_path(b"a/b.c/..d").is_ok());
+    // Deeper than PATH_MAX below the root is fine (the kernel limits a
+    // caller's path from its working directory, not a tree's depth).
+    let comp = [b'd'; 200];
+    let deep = |n: usize| vec![&comp[..]; n].join(&b'/');
+    assert!(validate_rel_path(&deep(40)).is_ok());
+    assert!(deep(40).len() > 4096);
+    assert!(matches!(
+        validate_rel_path(&deep(200)),
+        Err(ProtoError::TooLong { what: "path", .. })
+    ));
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use hipfs_fusefs::{Attr, Entry, FileKind, StatFs};
 use hipfs_rdma::RemoteDescriptor;
 
-use super::{ProtoError, Reader, Writer, MAX_GROUPS, MAX_NAME, MAX_PATH};
+use super::{ProtoError, Reader, Writer, MAX_GROUPS, MAX_NAME, MAX_REL_PATH};
 
 /// Who makes a request: the server acts as this user (after its squash and
 /// map-all rules).
@@ -298,11 +298,11 @@ pub(crate) fn decode_statfs(r: &mut Reader<'_>) -> Result<StatFs, ProtoError> {
 /// `openat2(RESOLVE_BENEATH)`; this check turns crafted paths away earlier
 /// and with a clear reason.
 pub fn validate_rel_path(p: &[u8]) -> Result<(), ProtoError> {
-    if p.len() > MAX_PATH {
+    if p.len() > MAX_REL_PATH {
         return Err(ProtoError::TooLong {
             what: "path",
             len: p.len(),
-            max: MAX_PATH,
+            max: MAX_REL_PATH,
         });
     }
     if p.is_empty() {
@@ -334,7 +334,7 @@ pub fn validate_rel_path(p: &[u8]) -> Result<(), ProtoError> {
 }
 
 pub(crate) fn decode_path(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u8>, ProtoError> {
-    let p = r.bytes(what, MAX_PATH)?;
+    let p = r.bytes(what, MAX_REL_PATH)?;
     validate_rel_path(p)?;
     Ok(p.to_vec())
 }

@@ -271,12 +271,16 @@ impl Export {
         Ok(self.entry(&stat_at(d2.as_fd(), &n2)?))
     }
 
-    /// Makes a FIFO, socket or empty file (no device nodes).
-    pub fn mknod(&self, rel: &[u8], mode: u32, rdev: u32) -> Result<Entry, Errno> {
+    /// Makes a FIFO, socket, empty file or, with `devices`, a block or
+    /// character device node.
+    pub fn mknod(&self, rel: &[u8], mode: u32, rdev: u32, devices: bool) -> Result<Entry, Errno> {
         match mode & libc::S_IFMT {
             libc::S_IFIFO | libc::S_IFREG | libc::S_IFSOCK => {}
-            // Device nodes on a server are a way around its permissions.
-            _ => return Err(libc::EPERM),
+            libc::S_IFBLK | libc::S_IFCHR if devices => {}
+            // A device node is a way around the server's permissions for
+            // whoever may open it there; only a trusted root makes one.
+            libc::S_IFBLK | libc::S_IFCHR => return Err(libc::EPERM),
+            _ => return Err(libc::EINVAL),
         }
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         sysfs::mknodat(dir.as_fd(), &name, mode, u64::from(rdev)).errno()?;

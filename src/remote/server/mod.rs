@@ -12,6 +12,7 @@ mod poster;
 mod resolve;
 mod session;
 mod trust;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -88,6 +89,12 @@ pub struct ServeConfig {
     /// Verbs connections are not covered (as trusted as the fabric), and
     /// `send_from_file` stages its reads (sendfile cannot encrypt).
     pub tls: Option<hipfs_rdma::TlsConfig>,
+    /// Let callers acting as root make block and character device nodes
+    /// (`mknod`). On by default, like a local filesystem: the server never
+    /// opens them for a client (only regular files are opened), and a caller
+    /// is root here only when the policy does not squash it. Off with
+    /// `--no-devices` (then `EPERM`, as on a `nodev` export).
+    pub allow_devices: bool,
 }
 
 impl ServeConfig {
@@ -108,6 +115,7 @@ impl ServeConfig {
             local_socket: None,
             allow_unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             tls: None,
+            allow_devices: true,
         }
     }
 }
@@ -134,6 +142,7 @@ fn server_transport_config(kind: TransportKind, ack_timeout: Duration) -> Transp
 pub(crate) struct ServerShared {
     pub(crate) export: Export,
     pub(crate) read_only: bool,
+    pub(crate) allow_devices: bool,
     pub(crate) policy: IdentityPolicy,
     send_from_file: bool,
     hash_placed_reads: bool,
@@ -150,6 +159,25 @@ pub(crate) struct ServerShared {
     /// Staging bytes kept for reuse, over all sessions.
     kept_staging: Arc<AtomicUsize>,
     sessions: Mutex<Vec<Arc<Session>>>,
+    /// Whether the export is watched for change notices.
+    pub(crate) watch: watch::WatchState,
+}
+
+impl ServerShared {
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The sessions that asked for change notices.
+    pub(crate) fn watching_sessions(&self) -> Vec<Arc<Session>> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|s| s.is_watching())
+            .cloned()
+            .collect()
+    }
 }
 
 /// Refusals before authentication: any peer can cause them at will.
@@ -217,6 +245,7 @@ impl Server {
         let shared = Arc::new(ServerShared {
             export,
             read_only: cfg.read_only,
+            allow_devices: cfg.allow_devices,
             policy: cfg.policy.clone(),
             send_from_file: cfg.send_from_file,
             hash_placed_reads: cfg.hash_placed_reads,
@@ -231,7 +260,9 @@ impl Server {
             connections: AtomicUsize::new(0),
             kept_staging: Arc::new(AtomicUsize::new(0)),
             sessions: Mutex::new(Vec::new()),
+            watch: watch::WatchState::default(),
         });
+        watch::start(shared.clone());
         let workers = if cfg.workers == 0 {
             std::thread::available_parallelism().map_or(8, |n| (n.get() * 4).max(8))
         } else {

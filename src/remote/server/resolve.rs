@@ -35,7 +35,11 @@ pub(crate) fn cstr(b: &[u8]) -> Result<CString, Errno> {
     CString::new(b).map_err(|_| libc::EINVAL)
 }
 
-/// `openat2(dir, path, flags, mode)` resolving beneath `dir`.
+/// The longest path handed to one `openat2` (below PATH_MAX with its NUL).
+const CHUNK: usize = 4000;
+
+/// `openat2(dir, path, flags, mode)` resolving beneath `dir`; paths longer
+/// than PATH_MAX are resolved piecewise.
 pub(crate) fn open_beneath(
     dir: BorrowedFd<'_>,
     path: &CStr,
@@ -51,6 +55,21 @@ pub(crate) fn open_beneath(
         },
         resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
+    let bytes = path.to_bytes();
+    if bytes.len() >= CHUNK {
+        // openat2 takes less than PATH_MAX at once: walk the leading
+        // directories in pieces, each resolved beneath the one before
+        // (so never above `dir`), then open the rest from the last.
+        let cut = bytes[..CHUNK]
+            .iter()
+            .rposition(|&b| b == b'/')
+            .filter(|&i| i > 0)
+            .ok_or(libc::ENAMETOOLONG)?;
+        let head = cstr(&bytes[..cut])?;
+        let tail = cstr(&bytes[cut + 1..])?;
+        let mid = open_beneath(dir, &head, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+        return open_beneath(mid.as_fd(), &tail, flags, mode);
+    }
     loop {
         match hipfs_sys::fs::openat2(dir, path, &how).errno() {
             // EAGAIN: a concurrent rename raced the lookup; EINTR: a signal.

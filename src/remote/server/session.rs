@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use hipfs_rdma::{Connection, OwnedRegion};
 
@@ -53,9 +54,15 @@ pub(crate) struct Session {
     /// connections: the bytes travel outside the tagged messages; verbs
     /// is as trusted as the fabric).
     digests: bool,
+    /// The client asked for change notices (`Op::Watch`).
+    watching: AtomicBool,
 }
 
 impl Session {
+    pub(crate) fn is_watching(&self) -> bool {
+        self.watching.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn new(
         conn: Arc<dyn Connection>,
         send_from_file: bool,
@@ -82,6 +89,7 @@ impl Session {
             }),
             seal: Sealer::new(None),
             digests: false,
+            watching: AtomicBool::new(false),
         }
     }
 
@@ -250,6 +258,15 @@ impl Session {
                         libc::ENOMEM
                     })
             }
+            Op::Watch => {
+                // The initial walk of a large export may still run.
+                if shared.watch.watching(Duration::from_secs(20)) {
+                    self.watching.store(true, Ordering::Relaxed);
+                    Ok(Payload::Empty)
+                } else {
+                    Err(libc::ENOSYS)
+                }
+            }
             Op::Lookup { path } => ex.lookup(path).map(Payload::Entry),
             Op::Getattr { path, fh } => match fh {
                 Some(fh) => ex.getattr_fd(self.file(*fh)?.as_fd()).map(Payload::Attr),
@@ -313,7 +330,9 @@ impl Session {
             Op::Symlink { path, target } => ex.symlink(path, target).map(Payload::Entry),
             Op::Readlink { path } => ex.readlink(path).map(Payload::Bytes),
             Op::Link { from, to } => ex.link(from, to).map(Payload::Entry),
-            Op::Mknod { path, mode, rdev } => ex.mknod(path, *mode, *rdev).map(Payload::Entry),
+            Op::Mknod { path, mode, rdev } => ex
+                .mknod(path, *mode, *rdev, shared.allow_devices && cred.uid == 0)
+                .map(Payload::Entry),
             Op::Statfs { path } => ex.statfs(path).map(Payload::Statfs),
             Op::Getxattr { path, name } => ex.xattr_get(path, &cstr(name)?).map(Payload::Bytes),
             Op::Listxattr { path } => ex.xattr_list(path).map(Payload::Names),

@@ -42,6 +42,16 @@ impl RemoteFs {
                 .filter(|(at, _)| at.elapsed() < self.xattr_ttl)
                 .map(|(_, e)| *e)
         };
+        let none_at_all = self
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ino)
+            .and_then(|n| n.no_xattrs)
+            .is_some_and(|at| at.elapsed() < self.xattr_ttl);
+        if none_at_all {
+            return Some(Errno::ENODATA);
+        }
         fresh((ino, name.to_vec())).or_else(|| fresh((ino, ANY_XATTR.to_vec())))
     }
 
@@ -61,10 +71,28 @@ impl RemoteFs {
 
     /// Records that `ino` has no extended attributes at all (as of now).
     pub(super) fn note_no_xattrs(&self, ino: Ino) {
-        self.note_missing_xattr(ino, ANY_XATTR, Errno::ENODATA);
+        if self.xattr_ttl.is_zero() {
+            return;
+        }
+        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+        match nodes.get_mut(&ino) {
+            Some(n) => n.no_xattrs = Some(Instant::now()),
+            None => {
+                drop(nodes);
+                self.note_missing_xattr(ino, ANY_XATTR, Errno::ENODATA);
+            }
+        }
     }
 
     pub(super) fn forget_xattrs(&self, ino: Ino) {
+        if let Some(n) = self
+            .nodes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&ino)
+        {
+            n.no_xattrs = None;
+        }
         self.missing_xattrs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

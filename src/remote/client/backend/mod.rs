@@ -15,6 +15,9 @@
 mod cache;
 mod files;
 mod nodes;
+mod notices;
+
+pub use notices::ChangeFeed;
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -121,6 +124,7 @@ impl RemoteFs {
             Node {
                 paths: vec![Vec::new()],
                 nlookup: 1,
+                no_xattrs: None,
             },
         );
         RemoteFs {
@@ -349,6 +353,12 @@ impl Backend for RemoteFs {
             return Err(Errno::EIO);
         };
         self.remember(path.clone(), &entry);
+        if flags & libc::O_EXCL != 0 {
+            // A file this create made has no file capability (only setcap
+            // sets one; a notice clears this if someone does): the kernel's
+            // check before the first write need not ask the server.
+            self.note_missing_xattr(entry.attr.ino, b"security.capability", Errno::ENODATA);
+        }
         Ok((
             entry,
             self.add_file(entry.attr.ino, path, flags, epoch, fh, wire_cred(cred)),
@@ -626,5 +636,12 @@ impl Backend for RemoteFs {
         // Nothing of a file's data or attributes is cached here; the
         // adapter drops the kernel's copy.
         self.direct.invalidations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The server writes, truncates and chowns as the caller (fsuid and
+    /// groups switched, root's capabilities dropped for anyone else), so
+    /// its filesystem clears setuid/setgid exactly as a local one would.
+    fn kills_privileges(&self) -> bool {
+        true
     }
 }

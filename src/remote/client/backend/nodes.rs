@@ -13,6 +13,10 @@ use super::RemoteFs;
 pub(super) struct Node {
     pub(super) paths: Vec<Vec<u8>>,
     pub(super) nlookup: u64,
+    /// When the server last said this inode has no extended attributes
+    /// (readdir): kept here, with the inode, so that the answer for every
+    /// file of a large tree stays as long as the kernel knows the file.
+    pub(super) no_xattrs: Option<std::time::Instant>,
 }
 
 /// Paths remembered per inode (hard links beyond this are found again by lookup).
@@ -33,6 +37,17 @@ pub(super) fn join(dir: &[u8], name: &OsStr) -> Result<Vec<u8>> {
     }
     p.extend_from_slice(n);
     Ok(p)
+}
+
+/// `dir/name` (or `name` in the root), for names already checked.
+pub(super) fn join_bytes(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    if !dir.is_empty() {
+        p.extend_from_slice(dir);
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
 }
 
 /// `path` with the prefix `from` replaced by `to`, if it starts with it.
@@ -95,6 +110,7 @@ impl RemoteFs {
         let n = nodes.entry(e.attr.ino).or_insert(Node {
             paths: Vec::new(),
             nlookup: 0,
+            no_xattrs: None,
         });
         n.paths.retain(|p| *p != path);
         n.paths.insert(0, path);

@@ -1,0 +1,264 @@
+//! Caches that stay correct: two mounts of one export (long cache lifetimes,
+//! change notices from the server) see each other's changes and changes
+//! made directly on the export, each time after having cached the state
+//! before it (a negative entry, a listing, attributes, pages).
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions, NOTIFIED_TTL};
+
+use crate::remote_common::Fixture;
+
+/// A second mount of the fixture's export.
+struct Second {
+    mnt: tempfile::TempDir,
+    mount: Option<LocalMount>,
+}
+
+impl Second {
+    fn of(f: &Fixture, opts: &str) -> Second {
+        let mnt = tempfile::tempdir().unwrap();
+        let mut o = MountOptions::parse(opts).unwrap();
+        o.transport = hipfs_rdma::TransportKind::Tcp;
+        let mount = mount_remote(&f.addr, mnt.path(), &o).unwrap();
+        Second {
+            mnt,
+            mount: Some(mount),
+        }
+    }
+
+    fn m(&self, rel: &str) -> PathBuf {
+        self.mnt.path().join(rel)
+    }
+}
+
+impl Drop for Second {
+    fn drop(&mut self) {
+        if let Some(m) = self.mount.take() {
+            let _ = m.unmount();
+        }
+    }
+}
+
+/// Waits (at most 5 s: notices arrive in milliseconds, the slack is for a
+/// loaded machine) until `ok` holds; panics with `what` otherwise.
+fn eventually(what: &str, ok: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{what}: still stale after 5 s (cache lifetime {NOTIFIED_TTL:?})"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn exists(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+/// Runs every kind of change through `change` (a root directory where it
+/// makes them: the other mount, or the export itself) and checks that
+/// `seen` (the observing mount) sees each at once.
+fn changes_reach(change: &Path, seen: &Path) {
+    let c = |r: &str| change.join(r);
+    let s = |r: &str| seen.join(r);
+    // Create: a cached negative entry and a cached listing go.
+    assert!(!exists(&s("new")));
+    let before = names(seen);
+    fs::write(c("new"), b"one").unwrap();
+    eventually("create seen by name", || exists(&s("new")));
+    eventually("create seen in the listing", || {
+        names(seen).len() == before.len() + 1
+    });
+    assert_eq!(fs::read(s("new")).unwrap(), b"one");
+    // Write after close: cached pages and size go.
+    fs::write(c("new"), b"two, longer").unwrap();
+    eventually("write seen", || {
+        fs::read(s("new")).unwrap() == b"two, longer"
+    });
+    assert_eq!(fs::metadata(s("new")).unwrap().len(), 11);
+    // Attributes.
+    fs::set_permissions(c("new"), fs::Permissions::from_mode(0o640)).unwrap();
+    eventually("chmod seen", || {
+        fs::metadata(s("new")).unwrap().mode() & 0o7777 == 0o640
+    });
+    // Rename: the old name goes, the new one comes.
+    fs::rename(c("new"), c("renamed")).unwrap();
+    eventually("rename seen", || {
+        !exists(&s("new")) && exists(&s("renamed"))
+    });
+    assert_eq!(fs::read(s("renamed")).unwrap(), b"two, longer");
+    // A name replaced by another file.
+    fs::write(c("other"), b"other file").unwrap();
+    eventually("other seen", || exists(&s("other")));
+    fs::rename(c("other"), c("renamed")).unwrap();
+    eventually("replacement seen", || {
+        fs::read(s("renamed")).unwrap() == b"other file"
+    });
+    // Directories: a new one, a file made in it at once, then the
+    // directory renamed and a file made in it under its new name.
+    fs::create_dir(c("d")).unwrap();
+    fs::write(c("d/inner"), b"in").unwrap();
+    eventually("file in a new directory seen", || exists(&s("d/inner")));
+    assert_eq!(names(&s("d")), ["inner"]);
+    fs::rename(c("d"), c("e")).unwrap();
+    fs::write(c("e/later"), b"later").unwrap();
+    eventually("directory rename seen", || {
+        !exists(&s("d")) && exists(&s("e/later"))
+    });
+    assert_eq!(names(&s("e")), ["inner", "later"]);
+    // Delete.
+    fs::remove_file(c("renamed")).unwrap();
+    eventually("delete seen", || !exists(&s("renamed")));
+    fs::remove_file(c("e/inner")).unwrap();
+    fs::remove_file(c("e/later")).unwrap();
+    fs::remove_dir(c("e")).unwrap();
+    eventually("rmdir seen", || !exists(&s("e")));
+    assert_eq!(names(seen), before);
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn two_mounts_see_each_others_changes_at_once() {
+    require_fuse!();
+    let f = Fixture::new();
+    let second = Second::of(&f, "");
+    fs::write(f.m("warm"), b"x").unwrap();
+    changes_reach(f.mnt.path(), second.mnt.path());
+    changes_reach(second.mnt.path(), f.mnt.path());
+    assert!(exists(&second.m("warm")));
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn changes_made_directly_on_the_export_are_seen_at_once() {
+    require_fuse!();
+    let f = Fixture::new();
+    changes_reach(f.export.path(), f.mnt.path());
+}
+
+fn requests(f: &Fixture) -> u64 {
+    let line = f.mount.as_ref().unwrap().client.counters_line();
+    let n = line.split(": ").nth(1).and_then(|r| r.split(' ').next());
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in {line:?}"))
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn repeated_listings_stats_and_missing_names_are_answered_from_the_kernels_cache() {
+    require_fuse!();
+    let f = Fixture::new();
+    for i in 0..50 {
+        fs::write(f.e(&format!("f{i}")), b"x").unwrap();
+    }
+    let first = names(f.mnt.path());
+    for i in 0..50 {
+        fs::metadata(f.m(&format!("f{i}"))).unwrap();
+    }
+    assert!(!exists(&f.m("missing")));
+    let before = requests(&f);
+    for _ in 0..5 {
+        assert_eq!(names(f.mnt.path()), first);
+        for i in 0..50 {
+            fs::metadata(f.m(&format!("f{i}"))).unwrap();
+        }
+        assert!(!exists(&f.m("missing")));
+    }
+    let after = requests(&f);
+    // Opening the directory is the only request a cached listing costs.
+    assert!(
+        after - before <= 10,
+        "{} requests for 5 cached listings, 250 stats and 5 missing names",
+        after - before
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn without_notices_a_long_lifetime_would_serve_stale_names() {
+    // The control: what the notices prevent. With `nowatch` and a long
+    // lifetime asked for, the mount keeps a cached answer.
+    require_fuse!();
+    let f = Fixture::with(|_| {}, "nowatch,attr_timeout=60,entry_timeout=60");
+    fs::write(f.e("f"), b"old").unwrap();
+    // Only stat: a read would mark the atime stale and refetch everything.
+    assert_eq!(fs::metadata(f.m("f")).unwrap().len(), 3);
+    fs::set_permissions(f.e("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(fs::metadata(f.m("f")).unwrap().mode() & 0o7777, 0o600);
+    assert!(!exists(&f.m("g")));
+    fs::write(f.e("g"), b"").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        names(f.mnt.path()),
+        ["f", "g"],
+        "listings are not cached without notices"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_working_directory_in_the_mount_survives_the_notices_of_changes_to_it() {
+    // A notice about a directory that keeps its inode drops its attributes,
+    // never its name: an unhashed name would make getcwd fail for every
+    // process working inside (it did: prove's File::Find in pjdfstest).
+    require_fuse!();
+    let f = Fixture::new();
+    let script = format!(
+        "mkdir {m}/w && cd {m}/w && touch a && mkdir sub && chmod 750 . && \
+         sleep 0.5 && /bin/pwd && ls",
+        m = f.mnt.path().display()
+    );
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Changes by someone else while it sits there.
+    eventually("w made", || f.e("w").exists());
+    std::thread::sleep(Duration::from_millis(100));
+    fs::set_permissions(f.e("w"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(f.e("w/b"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pwd = f.mnt.path().canonicalize().unwrap().join("w");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{}\na\nb\nsub\n", pwd.display())
+    );
+}

@@ -1,0 +1,186 @@
+//! The server's change notices turned into the kernel's invalidations.
+//!
+//! A notice names `(directory, name)` pairs below the export root; the
+//! inode table says which inode numbers the kernel knows under those paths.
+//! For each pair the kernel forgets the name in the directory (positive or
+//! negative entry), the directory's attributes and cached listing, and the
+//! named inode's attributes and pages. This runs on a thread of its own:
+//! an invalidation waits while a request holds the directory or inode, and
+//! that request may be waiting for a reply.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::{Arc, Weak};
+
+use hipfs_fusefs::{Ino, Invalidator};
+
+use super::super::super::proto::ChangedName;
+use super::super::link::Notice;
+use super::nodes::join_bytes;
+use super::RemoteFs;
+
+/// Change notices subscribed to, waiting for the mount that applies them
+/// ([`RemoteFs::subscribe`], then [`RemoteFs::apply_changes`]).
+pub struct ChangeFeed(Receiver<Notice>);
+
+impl RemoteFs {
+    /// Asks the server for change notices. `None` when it cannot promise
+    /// them: the mount must then keep short cache lifetimes.
+    pub fn subscribe(&self) -> Option<ChangeFeed> {
+        let (tx, rx) = channel();
+        self.client.watch(tx).then_some(ChangeFeed(rx))
+    }
+
+    /// Applies `feed`'s notices to the mount behind `inv` until this
+    /// filesystem is dropped.
+    pub fn apply_changes(self: &Arc<Self>, feed: ChangeFeed, inv: Invalidator) {
+        let fs = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("hipfs-invalidate".into())
+            .spawn(move || apply_loop(&fs, &feed.0, &inv));
+        if let Err(e) = spawned {
+            log::warn!("cannot start the invalidation thread: {e}; cached names may stay stale");
+        }
+    }
+
+    /// Inode numbers the kernel knows under any of `paths`.
+    fn inos_of(&self, paths: &HashSet<Vec<u8>>) -> HashMap<Vec<u8>, Vec<Ino>> {
+        let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: HashMap<Vec<u8>, Vec<Ino>> = HashMap::new();
+        for (ino, n) in nodes.iter() {
+            for p in &n.paths {
+                if paths.contains(p) {
+                    out.entry(p.clone()).or_default().push(*ino);
+                }
+            }
+        }
+        out
+    }
+
+    fn forget_missing_xattrs(&self, inos: &HashSet<Ino>) {
+        {
+            let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
+            for ino in inos {
+                if let Some(n) = nodes.get_mut(ino) {
+                    n.no_xattrs = None;
+                }
+            }
+        }
+        self.missing_xattrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(ino, _), _| !inos.contains(ino));
+    }
+}
+
+fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
+    while let Ok(first) = rx.recv() {
+        let Some(fs) = fs.upgrade() else { return };
+        // Everything queued is applied together: one pass over the table.
+        let mut names = Vec::new();
+        let mut everything = false;
+        for n in std::iter::once(first).chain(rx.try_iter()) {
+            match n {
+                Notice::Changed(v) => names.extend(v),
+                Notice::Everything => everything = true,
+            }
+        }
+        if everything {
+            apply_everything(&fs, inv);
+        } else {
+            apply_names(&fs, names, inv);
+        }
+    }
+}
+
+fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
+    let mut wanted = HashSet::new();
+    for (dir, name, _) in &names {
+        wanted.insert(dir.clone());
+        if !name.is_empty() {
+            wanted.insert(join_bytes(dir, name));
+        }
+    }
+    let inos = fs.inos_of(&wanted);
+    let mut changed: HashSet<Ino> = HashSet::new();
+    for (dir, name, now) in &names {
+        let dirs = inos.get(dir).map(Vec::as_slice).unwrap_or_default();
+        changed.extend(dirs);
+        if name.is_empty() {
+            continue;
+        }
+        let known = inos.get(&join_bytes(dir, name));
+        match known {
+            // The kernel's name still means that inode: keep the name (a
+            // dropped directory entry would cut off every process whose
+            // working directory it is), drop only the inode's attributes.
+            Some(v) if *now != 0 && v.contains(now) => changed.insert(*now),
+            _ => {
+                // A new name (a negative entry may be cached), a name gone
+                // or now meaning another inode.
+                for d in dirs {
+                    inv.entry(*d, OsStr::from_bytes(name));
+                }
+                changed.extend(known.into_iter().flatten());
+                true
+            }
+        };
+    }
+    fs.forget_missing_xattrs(&changed);
+    for ino in changed {
+        inv.inode(ino, true);
+    }
+}
+
+fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
+    let all: Vec<(Ino, Vec<Vec<u8>>)> = fs
+        .nodes
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(ino, n)| (*ino, n.paths.clone()))
+        .collect();
+    fs.missing_xattrs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
+    for n in fs
+        .nodes
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .values_mut()
+    {
+        n.no_xattrs = None;
+    }
+    // Names of directories (those with known children) are left to
+    // expire: dropping them would cut off the processes working inside.
+    // Their attributes and listings go.
+    let split = |p: &[u8]| -> (Vec<u8>, Vec<u8>) {
+        match p.iter().rposition(|&b| b == b'/') {
+            Some(i) => (p[..i].to_vec(), p[i + 1..].to_vec()),
+            None => (Vec::new(), p.to_vec()),
+        }
+    };
+    let mut by_path: HashMap<Vec<u8>, Ino> = HashMap::new();
+    let mut parents: HashSet<Vec<u8>> = HashSet::new();
+    for (ino, paths) in &all {
+        for p in paths {
+            by_path.insert(p.clone(), *ino);
+            parents.insert(split(p).0);
+        }
+    }
+    for (ino, paths) in &all {
+        for p in paths {
+            let (dir, name) = split(p);
+            if name.is_empty() || parents.contains(p) {
+                continue;
+            }
+            if let Some(d) = by_path.get(&dir) {
+                inv.entry(*d, OsStr::from_bytes(&name));
+            }
+        }
+        inv.inode(*ino, true);
+    }
+}
