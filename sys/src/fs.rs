@@ -312,27 +312,29 @@ pub fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
 /// before any call (so the kernel's copy-out, bounded by that size,
 /// stays inside `buf`). Returns the ioctl's value.
 pub fn ioctl_read(fd: RawFd, request: u32, buf: &mut [u8]) -> io::Result<i32> {
-    const IOC_READ: u32 = 2;
-    let dir = request >> 30;
-    let size = ((request >> 16) & 0x3fff) as usize;
-    if dir != IOC_READ || size != buf.len() {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
+    check_ioctl(request, IOC_READ, buf.len())?;
     // SAFETY: the request's encoded size is exactly `buf.len()` (checked
     // above), so the kernel writes only inside `buf`, which lives across
     // the call.
     cvt(unsafe { libc::ioctl(fd, request as _, buf.as_mut_ptr()) })
 }
 
+const IOC_READ: u32 = 2;
+const IOC_WRITE: u32 = 1;
+
+/// `EINVAL` unless `request` encodes direction `dir` and a size of `len`.
+fn check_ioctl(request: u32, dir: u32, len: usize) -> io::Result<()> {
+    let size = ((request >> 16) & 0x3fff) as usize;
+    if request >> 30 != dir || size != len {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    Ok(())
+}
+
 /// `ioctl(fd, request, buf)` for an `_IOW` request whose encoded size is
 /// `buf.len()`: the kernel reads exactly `buf`. Returns the ioctl's value.
 pub fn ioctl_write(fd: RawFd, request: u32, buf: &[u8]) -> io::Result<i32> {
-    const IOC_WRITE: u32 = 1;
-    let dir = request >> 30;
-    let size = ((request >> 16) & 0x3fff) as usize;
-    if dir != IOC_WRITE || size != buf.len() {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
+    check_ioctl(request, IOC_WRITE, buf.len())?;
     // SAFETY: the request's encoded size is exactly `buf.len()` (checked
     // above), so the kernel reads only inside `buf`, which lives across
     // the call and is never written.

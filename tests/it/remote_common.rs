@@ -253,3 +253,60 @@ pub fn open_us(path: &Path, flags: i32) -> hipfs::FileHandle {
     fh.open().unwrap();
     fh
 }
+
+/// Reads up to `len` bytes at `off` through `fh` into fresh memory.
+pub fn read_at(fh: &hipfs::FileHandle, len: usize, off: u64) -> Vec<u8> {
+    let mut mem = vec![0u8; len];
+    let mut buf = hipfs::Buffer::from_slice(&mut mem, 0);
+    let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
+    drop(buf);
+    mem.truncate(n);
+    mem
+}
+
+/// How [`random_reads_match`] picks its reads.
+pub struct RandomReads {
+    /// Generator seed.
+    pub seed: u64,
+    /// Reads made.
+    pub rounds: usize,
+    /// Every `big_every`-th read is `big` bytes (the buffer's size)...
+    pub big_every: usize,
+    /// ...the others 1 to `max` bytes.
+    pub max: usize,
+    /// Offsets reach this far past the end (short and empty reads).
+    pub past_end: u64,
+}
+
+/// Reads from `fh` into `buf` at random offsets and sizes and checks each
+/// answer (count and bytes) against `data`, the file's contents; returns
+/// the bytes moved.
+pub fn random_reads_match(
+    fh: &hipfs::FileHandle,
+    buf: &mut hipfs::Buffer,
+    data: &[u8],
+    r: &RandomReads,
+) -> usize {
+    let size = data.len() as u64;
+    let mut x = r.seed;
+    let mut moved = 0;
+    for i in 0..r.rounds {
+        let len = if i % r.big_every == 0 {
+            buf.len()
+        } else {
+            (lcg(&mut x) % r.max as u64) as usize + 1
+        };
+        let off = lcg(&mut x) % (size + r.past_end);
+        let n = fh.read(buf, len, off as i64, 0).unwrap();
+        let want = size.saturating_sub(off).min(len as u64) as usize;
+        assert_eq!(n, want, "read {len} at {off}");
+        // SAFETY: the buffer's memory is borrowed by `buf`, read after the call.
+        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
+        assert!(
+            got == &data[off as usize..off as usize + n],
+            "bytes of read {len} at {off}"
+        );
+        moved += n;
+    }
+    moved
+}

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::remote_common::{lcg, pattern, Fixture};
+use crate::remote_common::{pattern, random_reads_match, read_at, Fixture, RandomReads};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 
 fn open_opaque(path: &Path, flags: i32) -> FileHandle {
@@ -44,15 +44,6 @@ fn stats(fx: &Fixture) -> String {
     hipfs_cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap()
 }
 
-fn read_all(fh: &FileHandle, len: usize, off: u64) -> Vec<u8> {
-    let mut mem = vec![0u8; len];
-    let mut buf = Buffer::from_slice(&mut mem, 0);
-    let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
-    drop(buf);
-    mem.truncate(n);
-    mem
-}
-
 #[test]
 #[cfg_attr(
     not(hipfs_fuse),
@@ -70,26 +61,14 @@ fn opaque_fd_reads_at_random_offsets_go_to_the_server_and_match_the_export() {
     let fh = open_opaque(&fx.m("data"), libc::O_RDONLY | libc::O_DIRECT);
     let mut mem = vec![0u8; 4 << 20];
     let mut buf = Buffer::from_slice(&mut mem, 0);
-    let mut x = 7u64;
-    let mut moved = 0u64;
-    for i in 0..120 {
-        let len = if i % 10 == 0 {
-            4 << 20
-        } else {
-            (lcg(&mut x) % (2 << 20)) as usize + 1
-        };
-        let off = lcg(&mut x) % (size as u64 + 8192);
-        let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
-        let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
-        assert_eq!(n, want, "read {len} at {off}");
-        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
-        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
-        assert!(
-            got == &data[off as usize..off as usize + n],
-            "bytes of read {len} at {off}"
-        );
-        moved += n as u64;
-    }
+    let reads = RandomReads {
+        seed: 7,
+        rounds: 120,
+        big_every: 10,
+        max: 2 << 20,
+        past_end: 8192,
+    };
+    let moved = random_reads_match(&fh, &mut buf, &data, &reads);
     assert!(moved > 40 << 20, "the reads moved {moved} bytes");
     let after = stats(&fx);
     // The mount handed the file to the direct path once, and not one of
@@ -119,7 +98,7 @@ fn a_handle_opened_after_a_write_closed_through_the_mount_reads_the_new_bytes() 
     let fresh = pattern(2, (1 << 20) + 5000);
     fs::write(fx.m("f"), &fresh).unwrap();
     let fh = open_opaque(&fx.m("f"), libc::O_RDONLY);
-    assert!(read_all(&fh, 2 << 20, 0) == fresh);
+    assert!(read_at(&fh, 2 << 20, 0) == fresh);
 }
 
 #[test]
@@ -237,7 +216,7 @@ fn child_reads_the_file_through_an_opaque_fd_handle() {
     }
     let _d = Driver::open().unwrap();
     let fh = open_opaque(Path::new(&file), libc::O_RDONLY);
-    let got = read_all(&fh, 4 << 20, 0);
+    let got = read_at(&fh, 4 << 20, 0);
     assert!(got == pattern(9, 3 << 20));
     let remote = hipfs::stats::snapshot().remote;
     assert_eq!(remote.read_bytes, 0, "no byte came from the direct path");

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use hipfs::remote::client::RemoteClient;
 use hipfs::remote::mount::{mount_remote, MountOptions};
-use hipfs::{Buffer, Driver};
+use hipfs::Driver;
 use hipfs_cli::bench::tls::ThrowawayPki;
 
-use crate::remote_common::{open_us, pattern};
+use crate::remote_common::{open_us, pattern, read_at};
 use crate::serve::{spawn_server, ServerProcess};
 
 #[path = "../../../rdma/tests/suite/relay.rs"]
@@ -39,13 +39,7 @@ fn tls_opts(pki: &ThrowawayPki) -> MountOptions {
 
 /// Reads `len` bytes at `off` of a file in a mount through a UserspaceFs handle.
 fn userspace_read(path: &Path, off: u64, len: usize) -> Vec<u8> {
-    let fh = open_us(path, libc::O_RDONLY);
-    let mut mem = vec![0u8; len];
-    let mut buf = Buffer::from_slice(&mut mem, 0);
-    let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
-    drop(buf);
-    mem.truncate(n);
-    mem
+    read_at(&open_us(path, libc::O_RDONLY), len, off)
 }
 
 #[test]

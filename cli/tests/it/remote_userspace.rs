@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::remote_common::{lcg, open_us, pattern, Fixture};
+use crate::remote_common::{lcg, open_us, pattern, random_reads_match, Fixture, RandomReads};
 use crate::serve::spawn_server;
 use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
@@ -43,24 +43,14 @@ fn random_reads_match_the_exported_file(fx: &Fixture) {
     let fh = open_us(&fx.m("data"), libc::O_RDONLY);
     let mut mem = vec![0u8; 8 << 20];
     let mut buf = Buffer::from_slice(&mut mem, 0);
-    let mut x = 99u64;
-    for i in 0..200 {
-        let len = if i % 10 == 0 {
-            8 << 20
-        } else {
-            (lcg(&mut x) % (3 << 20)) as usize + 1
-        };
-        let off = lcg(&mut x) % (size as u64 + 4096);
-        let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
-        let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
-        assert_eq!(n, want, "read {len} at {off}");
-        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
-        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
-        assert!(
-            got == &data[off as usize..off as usize + n],
-            "bytes of read {len} at {off}"
-        );
-    }
+    let reads = RandomReads {
+        seed: 99,
+        rounds: 200,
+        big_every: 10,
+        max: 3 << 20,
+        past_end: 4096,
+    };
+    random_reads_match(&fh, &mut buf, &data, &reads);
 }
 
 #[test]

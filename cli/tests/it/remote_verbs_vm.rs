@@ -17,6 +17,8 @@ use hipfs::remote::server::{ServeConfig, Server};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use hipfs_rdma::TransportKind;
 
+use crate::remote_common::{lcg, open_us, pattern, random_reads_match, RandomReads};
+
 /// Why these tests cannot run here, if they cannot.
 fn not_in_vm() -> Option<String> {
     if std::env::var("HIPFS_VM").as_deref() != Ok("1") {
@@ -125,24 +127,6 @@ impl Drop for VerbsFixture {
     }
 }
 
-fn lcg(x: &mut u64) -> u64 {
-    *x = x
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    *x >> 17
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_add(1);
-    (0..len).map(|_| (lcg(&mut x) >> 13) as u8).collect()
-}
-
-fn open_us(path: &Path, flags: i32) -> FileHandle {
-    let mut fh = FileHandle::new(path, flags, 0o644, FileHandleType::UserspaceFs);
-    fh.open().unwrap();
-    fh
-}
-
 #[test]
 #[cfg_attr(
     not(hipfs_verbs),
@@ -161,27 +145,15 @@ fn userspace_reads_over_verbs_at_random_offsets_and_sizes_match_the_exported_fil
     let before = hipfs::stats::snapshot().remote;
     let pkts = rxe_sent_pkts();
     let t = Instant::now();
-    let mut x = 7u64;
-    let mut moved = 0usize;
-    for i in 0..40 {
-        let len = if i % 8 == 0 {
-            1 << 20
-        } else {
-            (lcg(&mut x) % (256 << 10)) as usize + 1
-        };
-        // Some offsets past the end: short and empty reads.
-        let off = lcg(&mut x) % (size as u64 + 8192);
-        let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
-        let want = (size as u64).saturating_sub(off).min(len as u64) as usize;
-        assert_eq!(n, want, "read {len} at {off}");
-        // SAFETY: the buffer's memory is `mem`, borrowed by `buf`, read after the call.
-        let got = unsafe { std::slice::from_raw_parts(buf.ptr(), n) };
-        assert!(
-            got == &data[off as usize..off as usize + n],
-            "bytes of read {len} at {off}"
-        );
-        moved += n;
-    }
+    // Some offsets past the end: short and empty reads.
+    let reads = RandomReads {
+        seed: 7,
+        rounds: 40,
+        big_every: 8,
+        max: 256 << 10,
+        past_end: 8192,
+    };
+    let moved = random_reads_match(&fh, &mut buf, &data, &reads);
     let secs = t.elapsed().as_secs_f64();
     let after = hipfs::stats::snapshot().remote;
     assert_eq!(

@@ -368,41 +368,75 @@ impl Drop for CompletionQueue {
     }
 }
 
+/// libibverbs' device list, freed on drop.
+struct DeviceList {
+    list: *mut *mut ibv_device,
+    n: usize,
+}
+
+impl DeviceList {
+    /// The list; `Ok(None)` when libibverbs finds no devices (including
+    /// ENOSYS/ENODEV from a kernel without RDMA support).
+    fn get() -> Result<Option<DeviceList>> {
+        let mut n = 0i32;
+        // SAFETY: n receives the count; the list is freed on drop.
+        let list = unsafe { ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::ENOSYS) | Some(libc::ENODEV) | Some(libc::ENOENT) | Some(0) | None => {
+                    Ok(None)
+                }
+                _ => Err(crate::Error::Verbs {
+                    call: "ibv_get_device_list",
+                    source: e,
+                }),
+            };
+        }
+        Ok(Some(DeviceList {
+            list,
+            n: n.max(0) as usize,
+        }))
+    }
+
+    /// Each device with its name, while the list lives.
+    fn devices(&self) -> impl Iterator<Item = (*mut ibv_device, String)> + '_ {
+        (0..self.n)
+            // SAFETY: the list has n entries.
+            .map(|i| unsafe { *self.list.add(i) })
+            .take_while(|dev| !dev.is_null())
+            .map(|dev| {
+                // SAFETY: dev is a live entry of the list; the name is a C
+                // string libibverbs owns, copied here.
+                let name = unsafe {
+                    let p = ibv_get_device_name(dev);
+                    if p.is_null() {
+                        String::new()
+                    } else {
+                        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+                    }
+                };
+                (dev, name)
+            })
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: from ibv_get_device_list, freed once.
+        unsafe { ibv_free_device_list(self.list) };
+    }
+}
+
 /// The host's RDMA devices; empty when libibverbs finds none, including
 /// ENOSYS from a kernel without RDMA support.
 pub(super) fn device_infos() -> Result<Vec<crate::DeviceInfo>> {
-    let mut n = 0i32;
-    // SAFETY: n receives the count; the list is freed below.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    if list.is_null() {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS) | Some(libc::ENODEV) | Some(libc::ENOENT) | Some(0) | None => {
-                Ok(Vec::new())
-            }
-            _ => Err(crate::Error::Verbs {
-                call: "ibv_get_device_list",
-                source: e,
-            }),
-        };
-    }
+    let Some(list) = DeviceList::get()? else {
+        return Ok(Vec::new());
+    };
     let mut out = Vec::new();
-    for i in 0..n.max(0) as usize {
-        // SAFETY: list has n entries.
-        let dev = unsafe { *list.add(i) };
-        if dev.is_null() {
-            break;
-        }
-        // SAFETY: dev is a live entry of the list.
-        let name = unsafe {
-            let p = ibv_get_device_name(dev);
-            if p.is_null() {
-                String::new()
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
-        // SAFETY: as above; the GUID comes in network order.
+    for (dev, name) in list.devices() {
+        // SAFETY: dev is a live entry of the list; the GUID comes in network order.
         let guid = u64::from_be(unsafe { ibv_get_device_guid(dev) });
         let (mut port_active, mut link_layer) = (false, String::from("unknown"));
         // SAFETY: dev live; the context is closed right after.
@@ -430,8 +464,6 @@ pub(super) fn device_infos() -> Result<Vec<crate::DeviceInfo>> {
             link_layer,
         });
     }
-    // SAFETY: from ibv_get_device_list, freed once.
-    unsafe { ibv_free_device_list(list) };
     Ok(out)
 }
 
@@ -446,28 +478,11 @@ pub(super) unsafe fn probe_registrations(
     dmabuf: Option<(RawFd, u64, usize, u64)>,
     peer: Option<(*mut u8, usize)>,
 ) -> Vec<crate::RegistrationProbe> {
-    let mut n = 0i32;
-    // SAFETY: n receives the count; the list is freed below.
-    let list = unsafe { ibv_get_device_list(&mut n) };
-    if list.is_null() {
+    let Ok(Some(list)) = DeviceList::get() else {
         return Vec::new();
-    }
+    };
     let mut out = Vec::new();
-    for i in 0..n.max(0) as usize {
-        // SAFETY: list has n entries.
-        let dev = unsafe { *list.add(i) };
-        if dev.is_null() {
-            break;
-        }
-        // SAFETY: dev is a live entry of the list.
-        let name = unsafe {
-            let p = ibv_get_device_name(dev);
-            if p.is_null() {
-                String::new()
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
+    for (dev, name) in list.devices() {
         // SAFETY: dev live; the context is closed below, after the PD and
         // every region (dropped inside the block) are gone.
         let ctx = unsafe { ibv_open_device(dev) };
@@ -508,7 +523,5 @@ pub(super) unsafe fn probe_registrations(
         // SAFETY: opened above; nothing made on it is alive any more.
         unsafe { ibv_close_device(ctx) };
     }
-    // SAFETY: the list came from ibv_get_device_list.
-    unsafe { ibv_free_device_list(list) };
     out
 }

@@ -244,6 +244,27 @@ impl RemoteFile {
         Ok(fh)
     }
 
+    /// The request for `len` bytes at `offset`, placed by the server at
+    /// `at` in `region` (registered on `link`).
+    fn placed_read(
+        &self,
+        link: &Arc<Link>,
+        offset: u64,
+        len: usize,
+        region: &hipfs_rdma::LocalRegion,
+        at: u64,
+    ) -> std::result::Result<Op, i32> {
+        Ok(Op::Read {
+            fh: self.server_fh(link)?,
+            offset,
+            len: len as u32,
+            dest: Some(ReadDest {
+                region: region.descriptor(),
+                offset: at,
+            }),
+        })
+    }
+
     /// Reads `dst.len()` bytes at `offset` into `dst` (one request, at most READ_PIECE).
     fn read_piece(&self, dst: &mut [u8], offset: u64) -> std::result::Result<usize, i32> {
         let len = dst.len();
@@ -253,20 +274,11 @@ impl RemoteFile {
         let p = self.client.call_with(
             &self.cred,
             |link| {
-                let fh = self.server_fh(link)?;
                 let (region, at) = destination(link, dst)?;
-                let desc = region.descriptor();
+                let op = self.placed_read(link, offset, len, &region, at)?;
                 // Keep the region registered while the request is in flight.
                 regions.push(region);
-                Ok(Op::Read {
-                    fh,
-                    offset,
-                    len: len as u32,
-                    dest: Some(ReadDest {
-                        region: desc,
-                        offset: at,
-                    }),
-                })
+                Ok(op)
             },
             |_, _| {},
         );
@@ -324,20 +336,11 @@ impl RemoteFile {
         let p = self.client.call_with(
             &self.cred,
             |link| {
-                let fh = self.server_fh(link)?;
                 let (region, at, owner) =
                     device_destination(link, addr, len).ok_or(libc::EOPNOTSUPP)?;
-                let desc = region.descriptor();
+                let op = self.placed_read(link, offset, len, &region, at)?;
                 keep.push(owner);
-                Ok(Op::Read {
-                    fh,
-                    offset,
-                    len: len as u32,
-                    dest: Some(ReadDest {
-                        region: desc,
-                        offset: at,
-                    }),
-                })
+                Ok(op)
             },
             |_, _| {},
         );
