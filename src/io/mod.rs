@@ -173,8 +173,10 @@ fn userspace_transfer(
     let host_ok = kind != MemoryKind::Device;
     // The request's memory was validated against its buffer by the API
     // face that made it (see crate::lent).
-    let rdma_desc = rdma_desc
-        .filter(|_| host_ok || (req.dir == Dir::Read && fs.places_device(req.mem, req.size)));
+    // Device memory the filesystem can place reads in (RDMA into a dmabuf
+    // or peer-memory registration) needs no staging; asked once.
+    let device_ok = !host_ok && req.dir == Dir::Read && fs.places_device(req.mem, req.size);
+    let rdma_desc = rdma_desc.filter(|_| host_ok || device_ok);
     let buf = UserspaceBuf::vouched(match rdma_desc {
         Some(desc) => UserspaceMem::Rdma {
             desc: desc.to_string(),
@@ -186,9 +188,7 @@ fn userspace_transfer(
             ptr: req.mem as *mut u8,
             len: req.size,
         },
-        // Device memory the filesystem can place reads in (RDMA into a
-        // dmabuf or peer-memory registration): no staging.
-        None if req.dir == Dir::Read && fs.places_device(req.mem, req.size) => UserspaceMem::Rdma {
+        None if device_ok => UserspaceMem::Rdma {
             desc: String::new(),
             addr: req.mem as u64,
             len: req.size,
