@@ -1,29 +1,10 @@
-/* Shared helpers for the hipFile C ABI tests: checks that name the failing
- * line and the code's string, and scratch files with known contents. */
+/* Helpers of the hipFile C ABI tests: error checks that name the code's
+ * string, scratch files, handle registration (the rest: harness.h). */
 #ifndef HIPFILE_TEST_CHECK_H
 #define HIPFILE_TEST_CHECK_H
 
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
+#include "harness.h"
 #include <hipfile.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#define FAIL(...)                                                   \
-    do {                                                            \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);             \
-        fprintf(stderr, __VA_ARGS__);                               \
-        fprintf(stderr, "\n");                                      \
-        exit(1);                                                    \
-    } while (0)
-
-#define CHECK(cond)                                                 \
-    do {                                                            \
-        if (!(cond)) FAIL("CHECK failed: %s", #cond);               \
-    } while (0)
 
 #define CHECK_ERR(call, code)                                                       \
     do {                                                                            \
@@ -36,52 +17,10 @@
 
 #define CHECK_OK(call) CHECK_ERR(call, hipFileSuccess)
 
-/* ssize_t result: expected exactly `want`. */
-#define CHECK_SSIZE(call, want)                                                     \
-    do {                                                                            \
-        ssize_t r_ = (call);                                                        \
-        if (r_ != (ssize_t)(want))                                                  \
-            FAIL("%s returned %zd (errno %d), expected %zd", #call, r_, errno,      \
-                 (ssize_t)(want));                                                  \
-    } while (0)
-
-/* -1 with errno == e. */
-#define CHECK_ERRNO(call, e)                                                        \
-    do {                                                                            \
-        errno = 0;                                                                  \
-        ssize_t r_ = (call);                                                        \
-        if (r_ != -1 || errno != (e))                                               \
-            FAIL("%s returned %zd errno %d, expected -1 errno %d", #call, r_, errno, \
-                 (e));                                                              \
-    } while (0)
-
-/* Deterministic, position-dependent bytes (so misplaced data is caught). */
-static inline unsigned char pattern_byte(size_t pos, unsigned seed) {
-    size_t x = pos * 2654435761u + seed * 40503u;
-    return (unsigned char)(x ^ (x >> 13) ^ (x >> 7));
-}
-
-static inline void fill_pattern(unsigned char *p, size_t n, size_t start, unsigned seed) {
-    for (size_t i = 0; i < n; i++) p[i] = pattern_byte(start + i, seed);
-}
-
 /* Creates `dir/name` holding `size` pattern bytes; returns the path (static). */
 static inline const char *make_file(const char *dir, const char *name, size_t size, unsigned seed) {
     static char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
-    if (fd < 0) FAIL("create %s: %s", path, strerror(errno));
-    unsigned char *buf = malloc(size ? size : 1);
-    CHECK(buf != NULL);
-    fill_pattern(buf, size, 0, seed);
-    size_t done = 0;
-    while (done < size) {
-        ssize_t n = write(fd, buf + done, size - done);
-        if (n <= 0) FAIL("write %s: %s", path, strerror(errno));
-        done += (size_t)n;
-    }
-    free(buf);
-    close(fd);
+    close(create_pattern_file(dir, name, size, seed, O_WRONLY, path, sizeof path));
     return path;
 }
 
@@ -91,14 +30,6 @@ static inline hipFileError_t register_fd(hipFileHandle_t *fh, int fd) {
     d.type = hipFileHandleTypeOpaqueFD;
     d.handle.fd = fd;
     return hipFileHandleRegister(fh, &d);
-}
-
-static inline const char *test_dir(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
-        exit(2);
-    }
-    return argv[1];
 }
 
 #endif
