@@ -86,7 +86,11 @@ fn opaque_on_hipfs(
     static SAID_OFF: AtomicBool = AtomicBool::new(false);
     let first = |said: &AtomicBool| !said.swap(true, Ordering::Relaxed);
     if !config.opaque_fd_direct() {
-        if hipfs_fusefs::is_hipfs_fd(fd).unwrap_or(false) && first(&SAID_OFF) {
+        // Only the first such handle is logged: no mount-table read after.
+        if !SAID_OFF.load(Ordering::Relaxed)
+            && hipfs_fusefs::is_hipfs_fd(fd).unwrap_or(false)
+            && first(&SAID_OFF)
+        {
             log::info!(
                 "OPAQUE_FD handle on a hipfs mount: through FUSE (the direct path is off: HIPFS_OPAQUE_FD_DIRECT / HipfsOpaqueFdDirect)"
             );
