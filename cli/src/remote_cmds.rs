@@ -553,9 +553,9 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
         ),
         &rows,
     );
-    // With --tls the last row is UserspaceFs over TLS, the third the same
+    // With --tls the last row is UserspaceFs over TLS, the fourth the same
     // reads in plaintext, measured in the same rounds.
-    if let (true, Some(plain), Some(tls)) = (args.tls, rows.get(2), rows.last()) {
+    if let (true, Some(plain), Some(tls)) = (args.tls, rows.get(3), rows.last()) {
         if plain.gib_per_s > 0.0 {
             println!(
                 "TLS / plaintext UserspaceFs: {:.0}% ({:.2} vs {:.2} GiB/s)",

@@ -348,6 +348,90 @@ pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteErro
     Ok(got as f64 / secs / (1u64 << 30) as f64)
 }
 
+/// The loopback ceiling for this file's bytes: `sockets` plain TCP sockets
+/// at once, each sender `sendfile`-ing its share of `file` (page-cache
+/// pages, as `hipfs serve` sends them) and each receiver reading into its
+/// own 64 MiB of memory in turn (as the client's slabs take them), in
+/// GiB/s. Unlike [`loopback_tcp_ceiling`], whose 4 MiB buffers stay in the
+/// CPU caches, this moves the bytes the direct path moves.
+pub fn loopback_file_ceiling(file: &Path, sockets: usize) -> Result<f64, RemoteError> {
+    let size = std::fs::metadata(file)?.len();
+    let sockets = sockets.max(1);
+    let share = size.div_ceil(sockets as u64);
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
+    let writers: Vec<_> = (0..sockets as u64)
+        .map(|i| {
+            let file = file.to_path_buf();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let s = std::net::TcpStream::connect(addr)?;
+                let f = std::fs::File::open(&file)?;
+                let mut at = (i * share).min(size);
+                let end = ((i + 1) * share).min(size);
+                while at < end {
+                    let want = (end - at).min(64 << 20) as usize;
+                    let mut off = at;
+                    let n = rustix::fs::sendfile(&s, &f, Some(&mut off), want)?;
+                    if n == 0 {
+                        break;
+                    }
+                    at += n as u64;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut streams = Vec::with_capacity(sockets);
+    for _ in 0..sockets {
+        streams.push(l.accept()?.0);
+    }
+    // The receivers' memory is touched before the clock starts.
+    let mut bufs: Vec<Vec<u8>> = (0..sockets).map(|_| vec![1u8; 64 << 20]).collect();
+    let t = Instant::now();
+    let got: u64 = std::thread::scope(|scope| {
+        let readers: Vec<_> = streams
+            .into_iter()
+            .zip(bufs.iter_mut())
+            .map(|(mut r, buf)| {
+                scope.spawn(move || -> std::io::Result<u64> {
+                    let (mut got, mut at) = (0u64, 0usize);
+                    loop {
+                        if at == buf.len() {
+                            at = 0;
+                        }
+                        let end = (at + (4 << 20)).min(buf.len());
+                        let n = r.read(&mut buf[at..end])?;
+                        if n == 0 {
+                            break;
+                        }
+                        got += n as u64;
+                        at += n;
+                    }
+                    Ok(got)
+                })
+            })
+            .collect();
+        let mut got = 0u64;
+        for r in readers {
+            got += r
+                .join()
+                .map_err(|_| RemoteError::Config("ceiling reader panicked".into()))??;
+        }
+        Ok::<u64, RemoteError>(got)
+    })?;
+    let secs = t.elapsed().as_secs_f64();
+    for w in writers {
+        w.join()
+            .map_err(|_| RemoteError::Config("ceiling writer panicked".into()))??;
+    }
+    if got != size {
+        return Err(RemoteError::Config(format!(
+            "file ceiling moved {got} of {size} bytes"
+        )));
+    }
+    Ok(got as f64 / secs / (1u64 << 30) as f64)
+}
+
 /// Where [`read_with_handle`] puts the bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BenchMemory {
@@ -513,19 +597,32 @@ pub fn bench_userspace(
         None
     };
     let lanes = hipfs::remote::client::userspace_lanes();
-    let (mut us, mut opaque, mut ceil, mut multi) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut us, mut opaque, mut ceil, mut multi, mut file_ceil) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut fuse = Vec::new();
     let mut us_tls = Vec::new();
     let mut expect = None;
+    // Where the UserspaceFs rounds' staging workers spent their time
+    // (device memory only: host reads need no bounce slabs).
+    let mut us_prof = hipfs::io::bounce_pool::Profile::default();
+    let mut us_secs = 0.0f64;
     let result = (|| {
         for i in 0..=opts.repeats.max(1) {
+            hipfs::io::bounce_pool::take_profile();
             let (n1, s1, t1) = read_with_handle(
                 &via_mount,
                 hipfs::FileHandleType::UserspaceFs,
                 request,
                 memory,
             )?;
+            let p = hipfs::io::bounce_pool::take_profile();
+            if i > 0 {
+                us_prof.file_ns += p.file_ns;
+                us_prof.wait_ns += p.wait_ns;
+                us_prof.enqueue_ns += p.enqueue_ns;
+                us_prof.chunks += p.chunks;
+                us_secs += t1;
+            }
             let (n2, s2, t2) =
                 read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory)?;
             reopen_with_opaque_direct(&mut driver, false)?;
@@ -535,6 +632,7 @@ pub fn bench_userspace(
             let (n4, s4, t4) = through_fuse?;
             let c = loopback_tcp_ceiling(size, 1)?;
             let m = loopback_tcp_ceiling(size, lanes)?;
+            let fc = loopback_file_ceiling(&file, lanes)?;
             if n1 != size
                 || n2 != size
                 || n4 != size
@@ -566,6 +664,7 @@ pub fn bench_userspace(
                 fuse.push(size as f64 / t4 / (1u64 << 30) as f64);
                 ceil.push(c);
                 multi.push(m);
+                file_ceil.push(fc);
             }
         }
         Ok(())
@@ -579,8 +678,26 @@ pub fn bench_userspace(
         let _ = std::fs::remove_dir(&mnt);
     }
     result?;
+    if us_prof.chunks > 0 {
+        let per = |ns: u64| ns as f64 / us_prof.chunks as f64 / 1e3;
+        let busy = (us_prof.file_ns + us_prof.wait_ns + us_prof.enqueue_ns) as f64 / 1e9;
+        println!(
+            "UserspaceFs staging: {} chunks; per chunk {:.0} us network, {:.0} us GPU wait, {:.0} us enqueue; workers busy {:.0}% of the timed rounds x {lanes}",
+            us_prof.chunks,
+            per(us_prof.file_ns),
+            per(us_prof.wait_ns),
+            per(us_prof.enqueue_ns),
+            100.0 * busy / (us_secs * lanes as f64).max(1e-9),
+        );
+    }
     let c = median(ceil);
-    let (u, o, f, mc) = (median(us), median(opaque), median(fuse), median(multi));
+    let (u, o, f, mc, fc) = (
+        median(us),
+        median(opaque),
+        median(fuse),
+        median(multi),
+        median(file_ceil),
+    );
     let ratio = |x: f64| if c > 0.0 { x / c } else { 0.0 };
     let mut rows = vec![
         MountBenchRow {
@@ -594,9 +711,15 @@ pub fn bench_userspace(
             ratio: ratio(mc),
         },
         MountBenchRow {
+            path: format!("loopback TCP, {lanes} sockets, sendfile of this file"),
+            gib_per_s: fc,
+            ratio: ratio(fc),
+        },
+        MountBenchRow {
             path: format!(
-                "UserspaceFs handle, {} MiB requests, {lanes} lanes",
-                request >> 20
+                "UserspaceFs handle, {} MiB requests, {lanes} lanes: {:.0}% of {lanes} sockets",
+                request >> 20,
+                if mc > 0.0 { 100.0 * u / mc } else { 0.0 }
             ),
             gib_per_s: u,
             ratio: ratio(u),
