@@ -108,9 +108,9 @@ impl Source<'_> {
 fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan) -> Result<usize> {
     let info = gpu::classify(req.mem);
     let device = info.device.max(0);
-    // Chunks sit at multiples of the slab size in the file, so all but the
+    // Chunks sit at multiples of their size in the file, so all but the
     // first and last are aligned for O_DIRECT.
-    let chunks = Chunks::new(req.file_offset, req.size, plan.slab);
+    let chunks = Chunks::new(req.file_offset, req.size, chunk_len(req.size, &plan));
     let n = chunks.count();
     let bounds = |i: usize| chunks.get(i);
     let wanted = Plan {
@@ -152,6 +152,29 @@ fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan
         return Err(e);
     }
     contiguous_prefix(&chunks, results)
+}
+
+/// Bytes per chunk of a `size`-byte request: the slab, unless the request
+/// spans several workers yet is too small to give each of them `depth`
+/// chunks. Then smaller chunks (1 MiB at least, whole MiBs), so that each
+/// worker's slabs take turns within the request: the copy of one chunk
+/// runs while the next is read, instead of every worker reading one chunk
+/// and all copies running after the last byte arrived. On the H200 a
+/// 64 MiB read over TCP by 16 workers went from 15.98 to 17.36 GiB/s.
+/// A request of one slab stays whole: its caller's other requests overlap
+/// its copy, and halving it only adds a read and a copy (KvikIO's 4 MiB
+/// tasks through libcufile fell from 41.9 to 36.5 GiB/s when halved).
+fn chunk_len(size: usize, plan: &Plan) -> usize {
+    const MIB: usize = 1 << 20;
+    let workers = plan.workers.clamp(1, size.div_ceil(plan.slab).max(1));
+    let wanted = workers * plan.depth.max(1);
+    if workers == 1 || size.div_ceil(plan.slab) >= wanted || plan.slab <= MIB {
+        return plan.slab;
+    }
+    size.div_ceil(wanted)
+        .div_ceil(MIB)
+        .saturating_mul(MIB)
+        .clamp(MIB, plan.slab)
 }
 
 /// Makes the bounce lanes that reads into a buffer on `device` will use,
@@ -349,4 +372,59 @@ fn try_p2p(rt: &dyn GpuRuntime, pf: &PosixFile, req: &Request) -> Result<Option<
         }
     }
     Ok(Some(done))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::bounce_pool::PinMode;
+
+    const MIB: usize = 1 << 20;
+
+    fn plan(workers: usize) -> Plan {
+        Plan {
+            slab: 4 * MIB,
+            depth: 2,
+            workers,
+            max_lanes: 16,
+            pin: PinMode::Alloc,
+        }
+    }
+
+    #[test]
+    fn large_requests_move_whole_slabs() {
+        assert_eq!(chunk_len(8 << 30, &plan(16)), 4 * MIB);
+        // 64 MiB over 8 workers already gives each worker two slabs.
+        assert_eq!(chunk_len(64 * MIB, &plan(8)), 4 * MIB);
+    }
+
+    #[test]
+    fn small_requests_split_so_each_workers_slabs_take_turns() {
+        // 64 MiB over 16 workers: two 2 MiB chunks each, not one of 4.
+        assert_eq!(chunk_len(64 * MIB, &plan(16)), 2 * MIB);
+        // 16 MiB: four workers, two 2 MiB chunks each.
+        assert_eq!(chunk_len(16 * MIB, &plan(16)), 2 * MIB);
+    }
+
+    #[test]
+    fn a_request_of_one_slab_stays_whole() {
+        assert_eq!(chunk_len(4 * MIB, &plan(16)), 4 * MIB);
+        assert_eq!(chunk_len(3 * MIB + 5, &plan(16)), 4 * MIB);
+        assert_eq!(chunk_len(4096, &plan(16)), 4 * MIB);
+    }
+
+    #[test]
+    fn chunks_stay_whole_mibs_of_at_least_one() {
+        // 5 MiB on two workers: four chunks of 2 MiB at most, whole MiBs.
+        assert_eq!(chunk_len(5 * MIB, &plan(16)), 2 * MIB);
+        // 9 MiB on three workers wants six chunks: 2 MiB each (1.5 rounded up).
+        assert_eq!(chunk_len(9 * MIB, &plan(16)), 2 * MIB);
+        // 6 MiB on two workers wants four: 2 MiB (1.5 rounded up).
+        assert_eq!(chunk_len(6 * MIB, &plan(16)), 2 * MIB);
+        let tiny_slab = Plan {
+            slab: 512 << 10,
+            ..plan(4)
+        };
+        assert_eq!(chunk_len(64 * MIB, &tiny_slab), 512 << 10);
+    }
 }
