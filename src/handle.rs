@@ -14,6 +14,19 @@ use std::sync::Arc;
 
 pub use crate::registry::{FileHandleType, RegisteredFile};
 
+/// What an `OPAQUE_FD` registration of a hipfs file does when the direct
+/// path cannot bind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnboundHipfsFile {
+    /// Fail the registration (hipFile: a silent fall back to FUSE would
+    /// hide a misconfigured mount).
+    Fail,
+    /// Register the fd as any other file, read through the mount (cuFile:
+    /// NVIDIA's library takes files it cannot accelerate in compat mode,
+    /// and its clients expect registration to succeed).
+    ThroughMount,
+}
+
 /// Registers `fd` (opening the driver implicitly). For `UserspaceFs`,
 /// `fs` is the filesystem (C callbacks); `None` binds files of a hipfs
 /// mount to the remote client.
@@ -21,6 +34,17 @@ pub fn handle_register(
     fd: RawFd,
     kind: FileHandleType,
     fs: Option<Arc<dyn UserspaceFs>>,
+) -> Result<u64> {
+    handle_register_with(fd, kind, fs, UnboundHipfsFile::Fail)
+}
+
+/// [`handle_register`], choosing what an `OPAQUE_FD` hipfs file the direct
+/// path cannot bind does.
+pub fn handle_register_with(
+    fd: RawFd,
+    kind: FileHandleType,
+    fs: Option<Arc<dyn UserspaceFs>>,
+    unbound: UnboundHipfsFile,
 ) -> Result<u64> {
     if fd < 0 {
         return Err(Error::new(
@@ -43,9 +67,16 @@ pub fn handle_register(
         }
         FileHandleType::OpaqueFd => {
             let config = registry::current_config();
-            match opaque_on_hipfs(fd, &config) {
-                Some(fs) => FileBackend::Userspace(fs?),
-                None => FileBackend::Posix(PosixFile::open(fd, &config)?),
+            match (opaque_on_hipfs(fd, &config), unbound) {
+                (Some(Ok(fs)), _) => FileBackend::Userspace(fs),
+                (Some(Err(e)), UnboundHipfsFile::Fail) => return Err(e),
+                (Some(Err(e)), UnboundHipfsFile::ThroughMount) => {
+                    log::warn!(
+                        "fd {fd} is on a hipfs mount but its direct path failed ({e}); reading through the mount"
+                    );
+                    FileBackend::Posix(PosixFile::open(fd, &config)?)
+                }
+                (None, _) => FileBackend::Posix(PosixFile::open(fd, &config)?),
             }
         }
         FileHandleType::UserspaceFs => match fs {

@@ -8,7 +8,7 @@ use crate::types::{Descr, HOff};
 use crate::{invalid, write_out, Flavor};
 use hipfs::error::{Error, OpError, Result};
 use hipfs::gpu::MemoryKind;
-use hipfs::handle::{self, FileHandleType};
+use hipfs::handle::{self, FileHandleType, UnboundHipfsFile};
 use hipfs::userspace::UserspaceFs;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -66,12 +66,16 @@ unsafe fn register(fh: *mut *mut c_void, descr: *const Descr, flavor: Flavor) ->
         }
         _ => None,
     };
-    let (kind, fs) = match (flavor, kind) {
-        (Flavor::CuFile, FileHandleType::OpaqueFd) => hipfs_mount_upgrade(fd),
-        _ => (kind, fs),
+    // cuFile clients only know OPAQUE_FD handles; on a hipfs mount the core
+    // binds them to the direct path as it does hipFile's (the same switch,
+    // log line and counters), and for cuFile a file it cannot bind is read
+    // through the mount instead of failing.
+    let unbound = match flavor {
+        Flavor::CuFile => UnboundHipfsFile::ThroughMount,
+        Flavor::HipFile => UnboundHipfsFile::Fail,
     };
     let no_ops = kind == FileHandleType::UserspaceFs && fs.is_none();
-    let id = handle::handle_register(fd, kind, fs).map_err(|e| {
+    let id = handle::handle_register_with(fd, kind, fs, unbound).map_err(|e| {
         if no_ops && e.op() == OpError::IoNotSupported {
             invalid("USERSPACE_FS registration needs fs_ops (the fd is on no hipfs mount)")
         } else {
@@ -80,21 +84,6 @@ unsafe fn register(fh: *mut *mut c_void, descr: *const Descr, flavor: Flavor) ->
     })?;
     // SAFETY: checked non-NULL above; writable (caller's contract).
     unsafe { write_out(fh, id as usize as *mut c_void, "fh") }
-}
-
-/// cuFile clients only know OPAQUE_FD handles, so for cuFile a file on a
-/// hipfs mount is bound to the remote client's direct path (as a hipFile
-/// USERSPACE_FS handle with `fs_ops == NULL` is) instead of going through
-/// FUSE; if binding fails the fd is used as it is.
-fn hipfs_mount_upgrade(fd: c_int) -> (FileHandleType, Option<Arc<dyn UserspaceFs>>) {
-    match hipfs::remote::client::direct::resolve(fd) {
-        Some(Ok(fs)) => (FileHandleType::UserspaceFs, Some(fs)),
-        Some(Err(e)) => {
-            log::warn!("fd {fd} is on a hipfs mount but its direct path failed ({e}); reading through the mount");
-            (FileHandleType::OpaqueFd, None)
-        }
-        None => (FileHandleType::OpaqueFd, None),
-    }
 }
 
 /// Deregisters a handle; unknown handles are ignored (the C function is void).

@@ -310,3 +310,39 @@ pub fn random_reads_match(
     }
     moved
 }
+
+/// The mount's `hipfs stats` text (read through an attribute of its root).
+pub fn mount_stats(mnt: &std::path::Path) -> String {
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = rustix::fs::getxattr(
+        mnt,
+        hipfs::remote::client::backend::STATS_XATTR,
+        &mut buf[..],
+    )
+    .unwrap_or_else(|e| panic!("stats of {}: {e}", mnt.display()));
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// A number the mount's `hipfs stats` text gives right before `what`.
+pub fn stat_before(text: &str, what: &str) -> u64 {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
+    text[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number before {what:?} in {text}"))
+}
+
+/// A number the mount's `hipfs stats` text gives right after `what`.
+pub fn stat_after(text: &str, what: &str) -> u64 {
+    let at = text
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
+    text[at + what.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {what:?} in {text}"))
+}

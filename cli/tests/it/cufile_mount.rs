@@ -1,15 +1,15 @@
-//! cuFile clients only register OPAQUE_FD handles, so for cuFile (the rules
-//! `libcufile.so.0` runs, `hipfs_cabi` with `Flavor::CuFile`) a file on a
-//! hipfs mount takes the remote client's direct path; hipFile keeps an
-//! OPAQUE_FD handle on the mount as FUSE I/O, and a file elsewhere stays an
-//! fd for both.
+//! cuFile clients only register OPAQUE_FD handles. For both C libraries
+//! (`hipfs_cabi` with `Flavor::CuFile`, the rules `libcufile.so.0` runs,
+//! and `Flavor::HipFile`) the core binds such a handle on a hipfs mount to
+//! the remote client's direct path, counted by the mount as an OPAQUE_FD
+//! handle with no byte read through FUSE; a file elsewhere stays an fd.
 
 use std::ffi::c_void;
 use std::fs;
 use std::os::fd::AsRawFd;
 
 use crate::common::pattern;
-use crate::remote_common::Fixture;
+use crate::remote_common::{mount_stats, stat_after, stat_before, Fixture};
 use hipfs::{Driver, FileHandleType};
 use hipfs_cabi::types::{Descr, DescrHandle, HANDLE_TYPE_OPAQUE_FD};
 use hipfs_cabi::{io, Flavor};
@@ -51,18 +51,24 @@ fn cufile_opaque_fd_handles_on_a_hipfs_mount_take_the_direct_remote_path() {
     fs::write(fx.e("f"), &data).unwrap();
     let on_mount = fs::File::open(fx.m("f")).unwrap();
 
-    let fh = register(on_mount.as_raw_fd(), Flavor::CuFile);
-    assert_eq!(kind_of(fh), FileHandleType::UserspaceFs);
-    assert!(read_all(fh, data.len()) == data, "cuFile direct read");
-    io::handle_deregister(fh);
-
-    let fh = register(on_mount.as_raw_fd(), Flavor::HipFile);
-    assert_eq!(kind_of(fh), FileHandleType::OpaqueFd);
-    assert!(
-        read_all(fh, data.len()) == data,
-        "hipFile read through FUSE"
-    );
-    io::handle_deregister(fh);
+    for flavor in [Flavor::CuFile, Flavor::HipFile] {
+        let before = mount_stats(fx.mnt.path());
+        let fh = register(on_mount.as_raw_fd(), flavor);
+        assert_eq!(kind_of(fh), FileHandleType::OpaqueFd, "{flavor:?}");
+        assert!(read_all(fh, data.len()) == data, "{flavor:?} direct read");
+        io::handle_deregister(fh);
+        let after = mount_stats(fx.mnt.path());
+        assert_eq!(
+            stat_before(&after, "opaque_fd handles"),
+            stat_before(&before, "opaque_fd handles") + 1,
+            "{flavor:?}: {after}"
+        );
+        assert_eq!(
+            stat_after(&after, "read through the mount:"),
+            stat_after(&before, "read through the mount:"),
+            "{flavor:?}: bytes went through FUSE: {after}"
+        );
+    }
 
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("local"), &data).unwrap();

@@ -7,7 +7,10 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::remote_common::{pattern, random_reads_match, read_at, Fixture, RandomReads};
+use crate::remote_common::{
+    mount_stats, pattern, random_reads_match, read_at, stat_after, stat_before, Fixture,
+    RandomReads,
+};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 
 fn open_opaque(path: &Path, flags: i32) -> FileHandle {
@@ -16,32 +19,8 @@ fn open_opaque(path: &Path, flags: i32) -> FileHandle {
     fh
 }
 
-/// A number the mount's `hipfs stats` text gives right before `what`.
-fn stat_before(text: &str, what: &str) -> u64 {
-    let at = text
-        .find(what)
-        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
-    text[..at]
-        .split_whitespace()
-        .last()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number before {what:?} in {text}"))
-}
-
-/// A number the mount's `hipfs stats` text gives right after `what`.
-fn stat_after(text: &str, what: &str) -> u64 {
-    let at = text
-        .find(what)
-        .unwrap_or_else(|| panic!("no {what:?} in {text}"));
-    text[at + what.len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {what:?} in {text}"))
-}
-
 fn stats(fx: &Fixture) -> String {
-    hipfs_cli::remote_cmds::mount_stats(fx.mnt.path()).unwrap()
+    mount_stats(fx.mnt.path())
 }
 
 #[test]
