@@ -36,7 +36,7 @@ use super::super::proto::{Op, Payload, WireCred, WireSetAttr, WireTime};
 use super::RemoteClient;
 use cache::{DirListing, ANY_XATTR};
 use files::OpenFile;
-use nodes::{join, moved, Node};
+use nodes::{join, moved, NodeTable};
 
 /// (inode, attribute name) → when the server said it is absent, and how.
 type MissingXattrs = HashMap<(Ino, Vec<u8>), (Instant, Errno)>;
@@ -44,7 +44,7 @@ type MissingXattrs = HashMap<(Ino, Vec<u8>), (Instant, Errno)>;
 /// The remote export as a FUSE backend.
 pub struct RemoteFs {
     client: Arc<RemoteClient>,
-    nodes: RwLock<HashMap<Ino, Node>>,
+    nodes: RwLock<NodeTable>,
     files: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirListing>>>>,
@@ -88,6 +88,18 @@ fn wire_cred(c: &Credentials) -> WireCred {
     }
 }
 
+/// Whether `name` is a Linux security module's label (`security.selinux`,
+/// Smack's, AppArmor's). A mount does not carry them, as NFS without
+/// labeled NFS does not: a label is the policy of the machine that
+/// enforces it, and the client's kernel labels its files itself when its
+/// LSM is active (the request then never reaches the mount). They are
+/// answered "not supported", which also tells `ls -l` (that asks for
+/// `security.selinux` of every file) to stop asking for this filesystem.
+pub fn is_lsm_label(name: &OsStr) -> bool {
+    let n = name.as_bytes();
+    n == b"security.selinux" || n.starts_with(b"security.SMACK64") || n == b"security.apparmor"
+}
+
 fn errno(e: i32) -> Errno {
     Errno::new(e)
 }
@@ -118,15 +130,8 @@ impl RemoteFs {
 
     /// A filesystem over `client`.
     pub fn new(client: Arc<RemoteClient>) -> RemoteFs {
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            ROOT_INO,
-            Node {
-                paths: vec![Vec::new()],
-                nlookup: 1,
-                no_xattrs: None,
-            },
-        );
+        let mut nodes = NodeTable::default();
+        nodes.insert_root(ROOT_INO);
         RemoteFs {
             client,
             nodes: RwLock::new(nodes),
@@ -185,13 +190,10 @@ impl Backend for RemoteFs {
         if ino == ROOT_INO {
             return;
         }
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = nodes.get_mut(&ino) {
-            n.nlookup = n.nlookup.saturating_sub(nlookup);
-            if n.nlookup == 0 {
-                nodes.remove(&ino);
-            }
-        }
+        self.nodes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(ino, nlookup);
     }
 
     fn getattr(&self, ino: Ino, fh: Option<u64>, cred: &Credentials) -> Result<Attr> {
@@ -393,6 +395,13 @@ impl Backend for RemoteFs {
         self.file(fh).map(|_| ())
     }
 
+    /// Writes are on the server when they are acknowledged and locks are
+    /// the kernel's, so a close has nothing to send. Whatever `flush` ever
+    /// does for a handle, this must answer `true` for it.
+    fn needs_flush(&self, _fh: u64) -> bool {
+        false
+    }
+
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
         self.file_call(fh, cred, |sfh, _| Ok(Op::Fsync { fh: sfh, datasync }))
             .map(|_| ())
@@ -448,18 +457,10 @@ impl Backend for RemoteFs {
         let fix = |p: &[u8]| -> Option<Vec<u8>> {
             moved(p, &from, &to).or_else(|| if exchange { moved(p, &to, &from) } else { None })
         };
-        for n in self
-            .nodes
+        self.nodes
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .values_mut()
-        {
-            for path in n.paths.iter_mut() {
-                if let Some(p) = fix(path) {
-                    *path = p;
-                }
-            }
-        }
+            .rename(fix);
         for f in self
             .files
             .read()
@@ -538,6 +539,9 @@ impl Backend for RemoteFs {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
         }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
+        }
         let name = name.as_bytes().to_vec();
         if let Some(e) = self.missing_xattr(ino, &name) {
             return Err(e);
@@ -571,7 +575,11 @@ impl Backend for RemoteFs {
         }
         self.on_node(ino, |path| {
             match self.call(cred, Op::Listxattr { path })? {
-                Payload::Names(v) => Ok(v.into_iter().map(OsString::from_vec).collect()),
+                Payload::Names(v) => Ok(v
+                    .into_iter()
+                    .map(OsString::from_vec)
+                    .filter(|n| !is_lsm_label(n))
+                    .collect()),
                 _ => Err(Errno::EIO),
             }
         })
@@ -587,6 +595,9 @@ impl Backend for RemoteFs {
     ) -> Result<()> {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
+        }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);
@@ -607,6 +618,9 @@ impl Backend for RemoteFs {
     fn removexattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
+        }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);

@@ -48,24 +48,18 @@ impl RemoteFs {
     /// Inode numbers the kernel knows under any of `paths`.
     fn inos_of(&self, paths: &HashSet<Vec<u8>>) -> HashMap<Vec<u8>, Vec<Ino>> {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: HashMap<Vec<u8>, Vec<Ino>> = HashMap::new();
-        for (ino, n) in nodes.iter() {
-            for p in &n.paths {
-                if paths.contains(p) {
-                    out.entry(p.clone()).or_default().push(*ino);
-                }
-            }
-        }
-        out
+        paths
+            .iter()
+            .filter(|p| !nodes.at(p).is_empty())
+            .map(|p| (p.clone(), nodes.at(p).to_vec()))
+            .collect()
     }
 
     fn forget_missing_xattrs(&self, inos: &HashSet<Ino>) {
         {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
             for ino in inos {
-                if let Some(n) = nodes.get_mut(ino) {
-                    n.no_xattrs = None;
-                }
+                nodes.set_no_xattrs(*ino, None);
             }
         }
         self.missing_xattrs
@@ -146,14 +140,10 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
-    for n in fs
-        .nodes
+    fs.nodes
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .values_mut()
-    {
-        n.no_xattrs = None;
-    }
+        .clear_no_xattrs();
     // Names of directories (those with known children) are left to
     // expire: dropping them would cut off the processes working inside.
     // Their attributes and listings go.
