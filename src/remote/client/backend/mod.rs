@@ -14,6 +14,7 @@
 
 mod cache;
 mod files;
+mod head;
 mod nodes;
 mod notices;
 
@@ -63,6 +64,10 @@ pub struct RemoteFs {
     streams: Mutex<HashMap<u64, (u32, Instant)>>,
     /// Files handed to the direct path, by the kind of handle that asked.
     direct: DirectCounters,
+    /// The whole contents small files were opened with, by handle ([`head`]).
+    heads: Mutex<HashMap<u64, head::Head>>,
+    /// The server does not know `Op::OpenHead`.
+    no_open_head: std::sync::atomic::AtomicBool,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -145,6 +150,8 @@ impl RemoteFs {
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
             direct: DirectCounters::default(),
+            heads: Mutex::new(HashMap::new()),
+            no_open_head: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -232,6 +239,9 @@ impl Backend for RemoteFs {
     }
 
     fn setattr(&self, ino: Ino, changes: &SetAttr, cred: &Credentials) -> Result<Attr> {
+        if changes.size.is_some() {
+            self.drop_heads_of(ino);
+        }
         let path = self.path_of(ino)?;
         let set = WireSetAttr {
             mode: changes.mode.map(|m| m & 0o7777),
@@ -319,17 +329,12 @@ impl Backend for RemoteFs {
 
     fn open(&self, ino: Ino, flags: i32, cred: &Credentials) -> Result<u64> {
         self.on_node(ino, |path| {
-            let (epoch, p) = self.open_remote(
-                cred,
-                Op::Open {
-                    path: path.clone(),
-                    flags,
-                },
-            )?;
-            let Payload::Opened { fh } = p else {
-                return Err(Errno::EIO);
-            };
-            Ok(self.add_file(ino, path, flags, epoch, fh, wire_cred(cred)))
+            let (epoch, sfh, head) = self.open_with_head(cred, path.clone(), flags)?;
+            let fh = self.add_file(ino, path, flags, epoch, sfh, wire_cred(cred));
+            if let Some(data) = head {
+                self.keep_head(fh, ino, data);
+            }
+            Ok(fh)
         })
     }
 
@@ -375,6 +380,9 @@ impl Backend for RemoteFs {
         size: u32,
         cred: &Credentials,
     ) -> Result<Vec<u8>> {
+        if let Some(data) = self.read_head(fh, offset, size) {
+            return Ok(data);
+        }
         self.read_file(ino, fh, offset, size, cred)
     }
 
@@ -386,6 +394,7 @@ impl Backend for RemoteFs {
         data: &[u8],
         cred: &Credentials,
     ) -> Result<usize> {
+        self.drop_heads_of(ino);
         self.write_file(ino, fh, offset, data, cred)
     }
 
@@ -408,6 +417,7 @@ impl Backend for RemoteFs {
     }
 
     fn release(&self, ino: Ino, fh: u64, flags: i32, cred: &Credentials) -> Result<()> {
+        self.drop_head(fh);
         self.release_file(ino, fh, flags, cred)
     }
 
@@ -646,9 +656,10 @@ impl Backend for RemoteFs {
         Some(payload)
     }
 
-    fn written_elsewhere(&self, _ino: Ino) {
-        // Nothing of a file's data or attributes is cached here; the
-        // adapter drops the kernel's copy.
+    fn written_elsewhere(&self, ino: Ino) {
+        // The contents small files were opened with are the only data
+        // cached here; the adapter drops the kernel's copy.
+        self.drop_heads_of(ino);
         self.direct.invalidations.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -124,6 +124,7 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
     }
     fs.forget_missing_xattrs(&changed);
     for ino in changed {
+        fs.drop_heads_of(ino);
         inv.inode(ino, true);
     }
 }
@@ -171,6 +172,7 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
                 inv.entry(*d, OsStr::from_bytes(&name));
             }
         }
+        fs.drop_heads_of(*ino);
         inv.inode(*ino, true);
     }
 }
