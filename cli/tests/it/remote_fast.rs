@@ -213,3 +213,45 @@ fn small_files_come_with_their_open_and_reads_after_a_change_see_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn missing_names_in_a_directory_made_here_cost_no_round_trip_and_others_names_appear() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.m("new")).unwrap();
+    // Let the notice of the mkdir itself arrive.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = requests(&f);
+    for i in 0..20 {
+        assert!(!f.m(&format!("new/m{i}")).exists());
+    }
+    let asked = requests(&f) - before;
+    assert!(asked <= 2, "{asked} requests for 20 missing names");
+
+    // Made here: found (and its contents read back).
+    fs::write(f.m("new/mine"), b"1").unwrap();
+    assert_eq!(fs::read(f.m("new/mine")).unwrap(), b"1");
+    // Made on the export: the notice makes the mount ask again.
+    fs::write(f.e("new/theirs"), b"2").unwrap();
+    let t = Instant::now();
+    while !f.m("new/theirs").exists() {
+        assert!(t.elapsed() < Duration::from_secs(5), "never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A directory replaced on the export behind the mount's back is not
+    // taken for the one made here.
+    fs::create_dir(f.m("gone")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    fs::remove_dir(f.e("gone")).unwrap();
+    fs::create_dir(f.e("gone")).unwrap();
+    fs::write(f.e("gone/inside"), b"3").unwrap();
+    let t = Instant::now();
+    while fs::read(f.m("gone/inside")).ok().as_deref() != Some(&b"3"[..]) {
+        assert!(t.elapsed() < Duration::from_secs(5), "new directory unseen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -14,6 +14,7 @@
 
 mod cache;
 mod files;
+mod fresh_dirs;
 mod head;
 mod nodes;
 mod notices;
@@ -68,6 +69,11 @@ pub struct RemoteFs {
     heads: Mutex<HashMap<u64, head::Head>>,
     /// The server does not know `Op::OpenHead`.
     no_open_head: std::sync::atomic::AtomicBool,
+    /// Directories made here whose names are all known ([`fresh_dirs`]).
+    fresh_dirs: Mutex<fresh_dirs::FreshDirs>,
+    /// Whether to track them: only when change notices tell of the
+    /// names others make.
+    tracks_fresh_dirs: std::sync::atomic::AtomicBool,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -152,6 +158,8 @@ impl RemoteFs {
             direct: DirectCounters::default(),
             heads: Mutex::new(HashMap::new()),
             no_open_head: std::sync::atomic::AtomicBool::new(false),
+            fresh_dirs: Mutex::new(fresh_dirs::FreshDirs::default()),
+            tracks_fresh_dirs: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -190,6 +198,9 @@ impl RemoteFs {
 impl Backend for RemoteFs {
     fn lookup(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        if self.surely_absent(parent, name) {
+            return Err(Errno::ENOENT);
+        }
         self.entry_call(cred, path.clone(), Op::Lookup { path })
     }
 
@@ -201,6 +212,14 @@ impl Backend for RemoteFs {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .forget(ino, nlookup);
+        if !self
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&ino)
+        {
+            self.untrack_dir(ino);
+        }
     }
 
     fn getattr(&self, ino: Ino, fh: Option<u64>, cred: &Credentials) -> Result<Attr> {
@@ -348,6 +367,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<(Entry, u64)> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let (epoch, p) = self.open_remote(
             cred,
             Op::Create {
@@ -431,7 +451,10 @@ impl Backend for RemoteFs {
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
         let mode = mode & !umask & 0o7777;
-        self.entry_call(cred, path.clone(), Op::Mkdir { path, mode })
+        self.note_name_in(parent, name.as_bytes());
+        let e = self.entry_call(cred, path.clone(), Op::Mkdir { path, mode })?;
+        self.track_new_dir(e.attr.ino);
+        Ok(e)
     }
 
     fn rmdir(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
@@ -455,6 +478,10 @@ impl Backend for RemoteFs {
     ) -> Result<()> {
         let from = self.child(parent, name)?;
         let to = self.child(newparent, newname)?;
+        self.note_name_in(newparent, newname.as_bytes());
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            self.note_name_in(parent, name.as_bytes());
+        }
         self.call(
             cred,
             Op::Rename {
@@ -493,6 +520,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let target = target.as_os_str().as_bytes().to_vec();
         self.entry_call(cred, path.clone(), Op::Symlink { path, target })
     }
@@ -508,6 +536,7 @@ impl Backend for RemoteFs {
 
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, cred: &Credentials) -> Result<Entry> {
         let to = self.child(newparent, newname)?;
+        self.note_name_in(newparent, newname.as_bytes());
         self.on_node(ino, |from| {
             self.entry_call(
                 cred,
@@ -530,6 +559,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
         self.entry_call(cred, path.clone(), Op::Mknod { path, mode, rdev })
     }

@@ -30,7 +30,10 @@ impl RemoteFs {
     /// them: the mount must then keep short cache lifetimes.
     pub fn subscribe(&self) -> Option<ChangeFeed> {
         let (tx, rx) = channel();
-        self.client.watch(tx).then_some(ChangeFeed(rx))
+        let watching = self.client.watch(tx);
+        self.tracks_fresh_dirs
+            .store(watching, std::sync::atomic::Ordering::Relaxed);
+        watching.then_some(ChangeFeed(rx))
     }
 
     /// Applies `feed`'s notices to the mount behind `inv` until this
@@ -105,7 +108,16 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
         if name.is_empty() {
             continue;
         }
+        // Someone may have made this name: ask the server from now on.
+        dirs.iter().for_each(|d| fs.note_name_in(*d, name));
         let known = inos.get(&join_bytes(dir, name));
+        // A name that no longer means a directory made here: that inode
+        // number may come back as another directory.
+        known
+            .into_iter()
+            .flatten()
+            .filter(|i| **i != *now)
+            .for_each(|i| fs.untrack_dir(*i));
         match known {
             // The kernel's name still means that inode: keep the name (a
             // dropped directory entry would cut off every process whose
@@ -130,6 +142,7 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
 }
 
 fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
+    fs.untrack_all_dirs();
     let all: Vec<(Ino, Vec<Vec<u8>>)> = fs
         .nodes
         .read()
