@@ -11,6 +11,7 @@
 //! reader sees later writes exactly when it would without it (see
 //! docs/CONSISTENCY.md).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -24,6 +25,26 @@ pub(super) struct Head {
     ino: Ino,
     data: Arc<Vec<u8>>,
 }
+
+/// Open handles' contents, and their total size.
+#[derive(Default)]
+pub(super) struct Heads {
+    by_fh: HashMap<u64, Head>,
+    bytes: usize,
+}
+
+impl Heads {
+    fn remove(&mut self, fh: u64) {
+        if let Some(h) = self.by_fh.remove(&fh) {
+            self.bytes -= h.data.len();
+        }
+    }
+}
+
+/// Most bytes of contents kept for all open handles together: a process
+/// holding many small files open does not make the mount hold them all
+/// (past this, opens keep nothing and reads ask the server).
+const MAX_KEPT_BYTES: usize = 64 << 20;
 
 impl RemoteFs {
     /// Opens `path` on the server; for a read-only open, with the whole
@@ -62,9 +83,14 @@ impl RemoteFs {
         Ok((epoch, fh, None))
     }
 
-    /// Keeps the contents `fh` was opened with.
+    /// Keeps the contents `fh` was opened with (unless too much is kept).
     pub(super) fn keep_head(&self, fh: u64, ino: Ino, data: Vec<u8>) {
-        self.heads.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
+        if heads.bytes + data.len() > MAX_KEPT_BYTES {
+            return;
+        }
+        heads.bytes += data.len();
+        heads.by_fh.insert(
             fh,
             Head {
                 ino,
@@ -80,6 +106,7 @@ impl RemoteFs {
             .heads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .by_fh
             .get(&fh)
             .map(|h| h.data.clone())?;
         let start = (offset.min(data.len() as u64)) as usize;
@@ -95,15 +122,21 @@ impl RemoteFs {
         self.heads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh);
+            .remove(fh);
     }
 
     /// Drops every kept contents of `ino` (written, truncated, or changed
     /// elsewhere).
     pub(super) fn drop_heads_of(&self, ino: Ino) {
         let mut heads = self.heads.lock().unwrap_or_else(|p| p.into_inner());
-        if !heads.is_empty() {
-            heads.retain(|_, h| h.ino != ino);
+        let of_ino: Vec<u64> = heads
+            .by_fh
+            .iter()
+            .filter(|(_, h)| h.ino == ino)
+            .map(|(fh, _)| *fh)
+            .collect();
+        for fh in of_ino {
+            heads.remove(fh);
         }
     }
 }

@@ -66,7 +66,7 @@ pub struct RemoteFs {
     /// Files handed to the direct path, by the kind of handle that asked.
     direct: DirectCounters,
     /// The whole contents small files were opened with, by handle ([`head`]).
-    heads: Mutex<HashMap<u64, head::Head>>,
+    heads: Mutex<head::Heads>,
     /// The server does not know `Op::OpenHead`.
     no_open_head: std::sync::atomic::AtomicBool,
     /// Directories made here whose names are all known ([`fresh_dirs`]).
@@ -156,7 +156,7 @@ impl RemoteFs {
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
             direct: DirectCounters::default(),
-            heads: Mutex::new(HashMap::new()),
+            heads: Mutex::new(head::Heads::default()),
             no_open_head: std::sync::atomic::AtomicBool::new(false),
             fresh_dirs: Mutex::new(fresh_dirs::FreshDirs::default()),
             tracks_fresh_dirs: std::sync::atomic::AtomicBool::new(false),
