@@ -397,6 +397,15 @@ pub trait Backend: Send + Sync + 'static {
         Err(Errno::ENOSYS)
     }
 
+    /// Whether `flush` of the just opened handle `fh` does anything; asked once per open
+    /// and create. A backend whose writes are stored before they are acknowledged, and that
+    /// keeps no locks, answers `false`: the open then tells the kernel `FOPEN_NOFLUSH` and
+    /// each close(2) of it costs no request (on a network filesystem, no round trip per
+    /// closed file). Default `true`.
+    fn needs_flush(&self, _fh: u64) -> bool {
+        true
+    }
+
     /// Makes the file's data (and metadata unless `datasync`) durable.
     fn fsync(&self, ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()>;
 

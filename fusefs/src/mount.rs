@@ -105,6 +105,13 @@ pub struct MountConfig {
     /// attributes show it changed. Default off: only a backend that is told of every change
     /// may turn it on.
     pub cache_dir: bool,
+    /// Let the kernel keep POSIX ACLs (`FUSE_POSIX_ACL`): it asks the backend for an inode's
+    /// `system.posix_acl_*` attributes once and answers later reads, and its own permission
+    /// checks, from that copy until the inode is invalidated or its mode or ACL is set
+    /// through the mount. `ls -l` asks for the ACL of every file; without this each ask is a
+    /// request to the backend. Only a backend that stores ACLs as those attributes and whose
+    /// other changes invalidate the inode may turn it on. Default off.
+    pub posix_acl: bool,
     /// Have fusermount3 unmount if this process dies (also sets the `fuse.hipfs` type in the
     /// mount table). Default on.
     pub auto_unmount: bool,
@@ -131,6 +138,7 @@ impl MountConfig {
             max_readahead: DEFAULT_MAX_READAHEAD,
             threads: cpus.clamp(2, 8),
             cache_dir: false,
+            posix_acl: false,
             auto_unmount: true,
         }
     }
@@ -178,6 +186,7 @@ impl MountConfig {
             direct_io: self.direct_io,
             keep_cache: self.keep_cache,
             cache_dir: self.cache_dir,
+            posix_acl: self.posix_acl,
             max_write: self.max_write,
             max_readahead: self.max_readahead,
             // Enough outstanding async reads for readahead and direct I/O to keep every

@@ -190,3 +190,43 @@ fn garbage_from_a_stranger_does_not_stop_the_listener() {
         assert_eq!(srv.recv(Duration::from_secs(5)).unwrap(), b"still fine");
     });
 }
+
+/// Small messages may skip the sender thread (written by the caller when
+/// nothing is queued); large ones are queued. Neither may overtake a
+/// message sent before it, from the same thread or, in each thread's own
+/// order, from several.
+#[test]
+fn small_and_large_messages_from_several_threads_keep_each_threads_order() {
+    let cfg = TransportConfig {
+        max_message: 2 << 20,
+        ..env().cfg()
+    };
+    let p = pair_with(&env(), &cfg);
+    // Above what a caller writes itself: these go through the sender.
+    let big = 1 << 20;
+    let per_thread = 150u32;
+    std::thread::scope(|s| {
+        for t in 0..3u8 {
+            let c = &p.client;
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    let mut m = vec![t];
+                    m.extend_from_slice(&i.to_le_bytes());
+                    if i.is_multiple_of(3) {
+                        m.resize(big, 0xee);
+                    }
+                    c.send(&m).unwrap();
+                }
+            });
+        }
+        let mut next = [0u32; 3];
+        for _ in 0..3 * per_thread {
+            let m = p.server.recv(Duration::from_secs(20)).unwrap();
+            let t = m[0] as usize;
+            let i = u32::from_le_bytes([m[1], m[2], m[3], m[4]]);
+            assert_eq!(i, next[t], "thread {t}: message {i} arrived out of order");
+            assert_eq!(m.len(), if i.is_multiple_of(3) { big } else { 5 });
+            next[t] += 1;
+        }
+    });
+}

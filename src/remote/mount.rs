@@ -264,6 +264,9 @@ impl MountOptions {
             m.entry_timeout = NOTIFIED_TTL;
             m.negative_timeout = NOTIFIED_TTL;
             m.cache_dir = true;
+            // The kernel keeps ACLs until the inode is invalidated (not
+            // for a lifetime), so only a notified mount may let it.
+            m.posix_acl = !self.no_xattr;
         }
         if let Some(t) = self.negative_timeout {
             m.negative_timeout = t;

@@ -14,6 +14,7 @@ mod cufile_mount;
 mod remote_coherence;
 mod remote_conformance;
 mod remote_data;
+mod remote_fast;
 mod remote_faults;
 mod remote_honest;
 mod remote_limits;

@@ -37,6 +37,11 @@ pub(super) fn negotiate(opts: &AdapterOptions, kills_privileges: bool, config: &
             debug!("kernel lacks FUSE capability {missing:?}");
         }
     }
+    if opts.posix_acl {
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_POSIX_ACL) {
+            debug!("kernel lacks FUSE capability {missing:?}");
+        }
+    }
     if kills_privileges {
         if let Err(missing) = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2) {
             debug!("kernel lacks FUSE capability {missing:?}");

@@ -43,6 +43,7 @@ pub(crate) struct AdapterOptions {
     pub(crate) direct_io: bool,
     pub(crate) keep_cache: bool,
     pub(crate) cache_dir: bool,
+    pub(crate) posix_acl: bool,
     pub(crate) max_write: u32,
     pub(crate) max_readahead: u32,
     pub(crate) max_background: u16,
@@ -154,7 +155,20 @@ impl FuseAdapter {
         self.opts.entry_timeout.min(self.opts.attr_timeout)
     }
 
-    fn open_flags(&self) -> FopenFlags {
+    /// The flags of an open of `fh`: a handle whose close the backend need
+    /// not see ([`Backend::needs_flush`]) says `FOPEN_NOFLUSH`, so its close
+    /// costs no request.
+    fn open_flags(&self, fh: u64) -> FopenFlags {
+        let needs_flush = self.guarded(|b| b.needs_flush(fh)).unwrap_or(true);
+        let no_flush = if !needs_flush {
+            FopenFlags::FOPEN_NOFLUSH
+        } else {
+            FopenFlags::empty()
+        };
+        no_flush | self.cache_flags()
+    }
+
+    fn cache_flags(&self) -> FopenFlags {
         if self.opts.direct_io {
             // Parallel direct writes: the backend serialises what it must, the kernel need not
             // hold the inode lock across a network round trip.
@@ -388,7 +402,7 @@ impl Filesystem for FuseAdapter {
             }
         }
         match self.call(|b| b.open(ino.0, flags.0, &self.cred(req))) {
-            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags()),
+            Ok(fh) => reply.opened(FileHandle(fh), self.open_flags(fh)),
             Err(e) => reply.error(fe(e)),
         }
     }
@@ -656,7 +670,7 @@ impl Filesystem for FuseAdapter {
                 &to_fuse_attr(&e.attr),
                 Generation(e.generation),
                 FileHandle(fh),
-                self.open_flags(),
+                self.open_flags(fh),
             ),
             Err(e) => reply.error(fe(e)),
         }

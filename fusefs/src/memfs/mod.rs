@@ -47,6 +47,9 @@ pub struct MemFs {
     largest_read: AtomicU64,
     largest_write: AtomicU64,
     lookups: AtomicU64,
+    flushes: AtomicU64,
+    /// Answer `needs_flush` with `false` (see [`MemFs::without_flush`]).
+    no_flush: bool,
 }
 
 impl Default for MemFs {
@@ -72,7 +75,23 @@ impl MemFs {
             largest_read: AtomicU64::new(0),
             largest_write: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            no_flush: false,
         }
+    }
+
+    /// Tells the adapter that closes need not reach it (`needs_flush` answers `false`; its
+    /// flush has nothing to do either way), as a backend whose writes are stored when
+    /// acknowledged does.
+    pub fn without_flush(mut self) -> MemFs {
+        self.no_flush = true;
+        self
+    }
+
+    /// How many `flush` calls (one per close of a handle the kernel flushes) reached the
+    /// backend.
+    pub fn flush_calls(&self) -> u64 {
+        self.flushes.load(Ordering::SeqCst)
     }
 
     /// Makes every `read` take at least `delay`, standing in for a network round trip (lets
@@ -335,7 +354,12 @@ impl Backend for MemFs {
 
     fn flush(&self, _ino: Ino, _fh: u64, _owner: u64, _cred: &Credentials) -> Result<()> {
         // Nothing is buffered: every write is already in the tree.
+        self.flushes.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn needs_flush(&self, _fh: u64) -> bool {
+        !self.no_flush
     }
 
     fn fsync(&self, _ino: Ino, _fh: u64, _datasync: bool, _cred: &Credentials) -> Result<()> {

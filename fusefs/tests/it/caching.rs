@@ -135,3 +135,25 @@ fn a_mount_without_auto_unmount_is_still_recognised_as_hipfs() {
     drop(f);
     m.unmount();
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn closes_reach_the_backend_only_when_it_needs_flushes() {
+    let close_ten = |m: &crate::common::Mounted| {
+        for i in 0..10 {
+            fs::write(m.path(&format!("w{i}")), b"data").unwrap();
+            assert_eq!(fs::read(m.path(&format!("w{i}"))).unwrap(), b"data");
+        }
+    };
+    let m = mount_memfs(MemFs::new(), |_| {});
+    close_ten(&m);
+    assert!(m.fs.flush_calls() >= 20, "{} flushes", m.fs.flush_calls());
+    drop(m);
+
+    let m = mount_memfs(MemFs::new().without_flush(), |_| {});
+    close_ten(&m);
+    assert_eq!(m.fs.flush_calls(), 0, "opens said FOPEN_NOFLUSH");
+}

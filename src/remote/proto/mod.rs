@@ -65,6 +65,8 @@ pub const MAX_IO: usize = 1 << 20;
 pub const MAX_PLACED_READ: usize = 8 << 20;
 /// Largest xattr value (Linux XATTR_SIZE_MAX).
 pub const MAX_XATTR: usize = 64 * 1024;
+/// Largest file whose contents `Op::OpenHead` returns with the handle.
+pub const MAX_HEAD: usize = 64 * 1024;
 /// Most supplementary groups a request may carry.
 pub const MAX_GROUPS: usize = 1024;
 /// Most entries one readdir reply carries.

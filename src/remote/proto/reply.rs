@@ -32,6 +32,15 @@ pub enum Payload {
         /// Its server handle.
         fh: u64,
     },
+    /// An opened file (`Op::OpenHead`) and, when it is small enough, its
+    /// whole contents.
+    OpenedHead {
+        /// Its server handle.
+        fh: u64,
+        /// The whole file (`Some`, possibly empty) or nothing (`None`: not a
+        /// small regular file).
+        data: Option<Vec<u8>>,
+    },
     /// A created and opened file.
     Created {
         /// Its entry.
@@ -176,6 +185,10 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         Payload::Placed { n, digest } => {
             w.u8(12).u32(*n).bytes(digest);
         }
+        Payload::OpenedHead { fh, data } => {
+            w.u8(14).u64(*fh).bool(data.is_some());
+            w.bytes(data.as_deref().unwrap_or_default());
+        }
         Payload::Changed { names, everything } => {
             w.u8(13).bool(*everything).u32(names.len() as u32);
             for (dir, name, ino) in names {
@@ -260,6 +273,15 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                 names.push((dir.to_vec(), name.to_vec(), r.u64("changed inode")?));
             }
             Payload::Changed { names, everything }
+        }
+        14 => {
+            let fh = r.u64("fh")?;
+            let whole = r.bool("contents flag")?;
+            let data = r.bytes("file contents", super::MAX_HEAD)?.to_vec();
+            Payload::OpenedHead {
+                fh,
+                data: whole.then_some(data),
+            }
         }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })

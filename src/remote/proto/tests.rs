@@ -88,6 +88,11 @@ fn op() -> impl Strategy<Value = Op> {
             max
         }),
         (path(), any::<i32>()).prop_map(|(path, flags)| Op::Open { path, flags }),
+        (path(), any::<i32>(), any::<u32>()).prop_map(|(path, flags, max)| Op::OpenHead {
+            path,
+            flags,
+            max
+        }),
         (path(), any::<u32>(), any::<i32>()).prop_map(|(path, mode, flags)| Op::Create {
             path,
             mode,
@@ -196,6 +201,11 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
             ))
         ),
         (entry(), any::<u64>()).prop_map(|(entry, fh)| Ok(Payload::Created { entry, fh })),
+        (
+            any::<u64>(),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300))
+        )
+            .prop_map(|(fh, data)| Ok(Payload::OpenedHead { fh, data })),
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(|data| Ok(Payload::Read {
             n: data.len() as u32,
             data
@@ -258,7 +268,10 @@ proptest! {
         if let Ok(req) = Request::decode(&msg) {
             // Whatever decodes must still satisfy every path rule.
             let paths: Vec<&Vec<u8>> = match &req.op {
-                Op::Lookup { path } | Op::Open { path, .. } | Op::Statfs { path } => vec![path],
+                Op::Lookup { path }
+                | Op::Open { path, .. }
+                | Op::OpenHead { path, .. }
+                | Op::Statfs { path } => vec![path],
                 Op::Rename { from, to, .. } | Op::Link { from, to } => vec![from, to],
                 _ => vec![],
             };

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use hipfs_rdma::{Connection, OwnedRegion};
 
-use super::super::proto::{Op, Payload, ReadDest, Request, WireCred, MAX_IO, MAX_PLACED_READ};
+use super::super::proto::{
+    Op, Payload, ReadDest, Request, WireCred, MAX_HEAD, MAX_IO, MAX_PLACED_READ,
+};
 use super::super::seal::Sealer;
 use super::creds::{become_user, privileged_xattr};
 use super::limits::{InFlight, Limits};
@@ -289,6 +291,15 @@ impl Session {
                     fh: self.add_file(fd)?,
                 })
             }
+            Op::OpenHead { path, flags, max } => {
+                self.may_open()?;
+                let fd = ex.open_file(path, *flags)?;
+                let data = small_file_contents(&fd, *flags, *max)?;
+                Ok(Payload::OpenedHead {
+                    fh: self.add_file(fd)?,
+                    data,
+                })
+            }
             Op::Create { path, mode, flags } => {
                 self.may_open()?;
                 let (entry, fd) = ex.create(path, *mode, *flags)?;
@@ -497,4 +508,26 @@ impl Drop for Session {
             .sum();
         self.kept_staging.fetch_sub(kept, Ordering::Relaxed);
     }
+}
+
+/// The whole contents of the file just opened on `fd` when it is a regular
+/// file of at most `max` (and [`MAX_HEAD`]) bytes opened for reading;
+/// `None` otherwise. One byte more than the limit is asked for, so a file
+/// that grew since the `fstat` is not mistaken for a whole one.
+fn small_file_contents(fd: &OwnedFd, flags: i32, max: u32) -> Result<Option<Vec<u8>>, Errno> {
+    let limit = (max as usize).min(MAX_HEAD);
+    if flags & libc::O_ACCMODE == libc::O_WRONLY || limit == 0 {
+        return Ok(None);
+    }
+    let st = hipfs_sys::fs::fstat(fd.as_raw_fd()).errno()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size as u64 > limit as u64 {
+        return Ok(None);
+    }
+    let mut data = vec![0u8; st.st_size as usize + 1];
+    let n = pread_full(fd.as_fd(), &mut data, 0).errno()?;
+    if n > limit || n == data.len() {
+        return Ok(None);
+    }
+    data.truncate(n);
+    Ok(Some(data))
 }

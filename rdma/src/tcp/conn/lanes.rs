@@ -18,85 +18,97 @@ static REFUSED_LOG: crate::RateLimitedLog =
     crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
 
 impl Shared {
-    pub(super) fn sender_loop(&self, mut tx: TxStream, jobs: Receiver<Job>) -> Result<()> {
+    pub(super) fn sender_loop(&self, lane: usize, jobs: Receiver<Job>) -> Result<()> {
+        let l = &self.lanes[lane];
         loop {
             let job = select! {
                 recv(jobs) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
                 recv(self.dead_rx) -> _ => return Ok(()),
             };
-            match job {
-                Job::Msg(m) => {
-                    let mut h = Header::new(FrameKind::Msg);
-                    h.len = m.len() as u64;
-                    send_header(&mut tx, &h, !m.is_empty())?;
-                    tx.send_bytes(&m, false)?;
-                    self.out_gate.release(cost(m.len()));
-                }
-                Job::Write { hdr, slot, local } => {
-                    let guard = slot.lock();
-                    // The slot lock (held by `guard`) keeps the region registered.
-                    match guard.and_then(|r| RegisteredSpan::within(&r, local, hdr.len)) {
-                        Some(span) => {
-                            send_header(&mut tx, &hdr, true)?;
-                            span.send(&mut tx, false)?;
-                        }
-                        None => {
-                            if let Some(op) = self.complete(hdr.op_id) {
-                                let _ = op.done().try_send(Err(Error::InvalidArgument(
-                                    "local region was deregistered during the write".into(),
-                                )));
-                            }
-                        }
+            let mut guard = l.tx.lock().unwrap_or_else(|p| p.into_inner());
+            let r = self.send_job(&mut guard, job);
+            drop(guard);
+            // Only now may a message skip the queue: this job is on the wire.
+            l.queued.fetch_sub(1, Ordering::SeqCst);
+            r?;
+        }
+    }
+
+    /// Writes one job on `tx`.
+    fn send_job(&self, tx: &mut TxStream, job: Job) -> Result<()> {
+        match job {
+            Job::Msg(m) => {
+                let mut h = Header::new(FrameKind::Msg);
+                h.len = m.len() as u64;
+                send_header(tx, &h, !m.is_empty())?;
+                tx.send_bytes(&m, false)?;
+                self.out_gate.release(cost(m.len()));
+            }
+            Job::Write { hdr, slot, local } => {
+                let guard = slot.lock();
+                // The slot lock (held by `guard`) keeps the region registered.
+                match guard.and_then(|r| RegisteredSpan::within(&r, local, hdr.len)) {
+                    Some(span) => {
+                        send_header(tx, &hdr, true)?;
+                        span.send(tx, false)?;
                     }
-                }
-                Job::WriteFile { hdr, src, off } => {
-                    send_header(&mut tx, &hdr, true)?;
-                    let (at, len) = (src.start + off, hdr.len as usize);
-                    // sendfile over plain TCP; staged and encrypted with TLS.
-                    let sent = tx.send_file(src.fd.as_fd(), at, len)?;
-                    if sent < len {
-                        // Tell the caller where the file data ends before
-                        // the frame's last byte goes out (the peer's ack
-                        // may release the caller right after it). The
-                        // header promised len bytes: pad, keeping the
-                        // stream in step.
-                        src.valid.fetch_min(off + sent as u64, Ordering::AcqRel);
-                        tx.send_zeros((len - sent) as u64)?;
-                    }
-                }
-                Job::Header(h) => send_header(&mut tx, &h, false)?,
-                Job::ReadResp(req) => {
-                    let mut h = Header::new(FrameKind::ReadResp);
-                    h.op_id = req.op_id;
-                    h.rkey = req.rkey;
-                    h.addr = req.addr;
-                    h.len = req.len;
-                    let slot = self.keys.get(req.rkey);
-                    let guard = slot.as_ref().map(|s| s.lock());
-                    let src = match guard.as_ref().map(|g| **g) {
-                        Some(Some(r)) => match RegisteredSpan::within(&r, req.addr, req.len) {
-                            Some(span) => Some(span),
-                            None => {
-                                h.status = Status::OutOfRange;
-                                None
-                            }
-                        },
-                        _ => {
-                            h.status = Status::UnknownKey;
-                            None
+                    None => {
+                        if let Some(op) = self.complete(hdr.op_id) {
+                            let _ = op.done().try_send(Err(Error::InvalidArgument(
+                                "local region was deregistered during the write".into(),
+                            )));
                         }
-                    };
-                    if h.status != Status::Ok {
-                        self.refused("READ", &req, h.status);
-                    }
-                    send_header(&mut tx, &h, src.is_some())?;
-                    if let Some(span) = src {
-                        // Under the slot lock (`guard`), so still registered.
-                        span.send(&mut tx, false)?;
                     }
                 }
             }
+            Job::WriteFile { hdr, src, off } => {
+                send_header(tx, &hdr, true)?;
+                let (at, len) = (src.start + off, hdr.len as usize);
+                // sendfile over plain TCP; staged and encrypted with TLS.
+                let sent = tx.send_file(src.fd.as_fd(), at, len)?;
+                if sent < len {
+                    // Tell the caller where the file data ends before
+                    // the frame's last byte goes out (the peer's ack
+                    // may release the caller right after it). The
+                    // header promised len bytes: pad, keeping the
+                    // stream in step.
+                    src.valid.fetch_min(off + sent as u64, Ordering::AcqRel);
+                    tx.send_zeros((len - sent) as u64)?;
+                }
+            }
+            Job::Header(h) => send_header(tx, &h, false)?,
+            Job::ReadResp(req) => {
+                let mut h = Header::new(FrameKind::ReadResp);
+                h.op_id = req.op_id;
+                h.rkey = req.rkey;
+                h.addr = req.addr;
+                h.len = req.len;
+                let slot = self.keys.get(req.rkey);
+                let guard = slot.as_ref().map(|s| s.lock());
+                let src = match guard.as_ref().map(|g| **g) {
+                    Some(Some(r)) => match RegisteredSpan::within(&r, req.addr, req.len) {
+                        Some(span) => Some(span),
+                        None => {
+                            h.status = Status::OutOfRange;
+                            None
+                        }
+                    },
+                    _ => {
+                        h.status = Status::UnknownKey;
+                        None
+                    }
+                };
+                if h.status != Status::Ok {
+                    self.refused("READ", &req, h.status);
+                }
+                send_header(tx, &h, src.is_some())?;
+                if let Some(span) = src {
+                    // Under the slot lock (`guard`), so still registered.
+                    span.send(tx, false)?;
+                }
+            }
         }
+        Ok(())
     }
 
     fn refused(&self, what: &str, h: &Header, st: Status) {

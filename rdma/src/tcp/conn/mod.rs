@@ -114,7 +114,24 @@ pub(crate) struct LaneSock {
 struct Lane {
     stream: TcpStream,
     jobs: Sender<Job>,
+    /// The stream's writing half: the sender thread's, except that `send`
+    /// writes a small message itself when nothing is queued (see
+    /// [`DIRECT_SEND_MAX`]).
+    tx: Mutex<TxStream>,
+    /// Jobs queued for the sender and not yet written: a message may skip
+    /// the queue only when this is zero, so it never overtakes one queued
+    /// before it (by the same thread or any other).
+    queued: AtomicUsize,
 }
+
+/// Largest control message `send` writes on the caller's thread when lane
+/// 0 has nothing queued. Handing it to the sender thread instead costs a
+/// thread wake-up on each side of every request and reply, which on a
+/// small or virtual machine is a large part of a metadata round trip.
+/// Larger messages (and everything while the queue is not empty) still go
+/// through the sender, so a caller never writes more than this while
+/// another waits.
+const DIRECT_SEND_MAX: usize = 64 * 1024;
 
 pub(crate) struct Shared {
     lanes: Vec<Lane>,
@@ -170,9 +187,10 @@ impl TcpConnection {
         let (dead_tx, dead_rx) = bounded::<()>(0);
         let mut lanes = Vec::with_capacity(streams.len());
         let mut job_rxs = Vec::with_capacity(streams.len());
-        let mut halves = Vec::with_capacity(streams.len());
+        let mut rx_halves = Vec::with_capacity(streams.len());
         for LaneSock { stream: s, tls } in streams {
-            halves.push(stream::halves(s.as_raw_fd(), tls));
+            let (tx_half, rx_half) = stream::halves(s.as_raw_fd(), tls);
+            rx_halves.push(rx_half);
             s.set_nodelay(true)?;
             s.set_read_timeout(None)?;
             s.set_write_timeout(None)?;
@@ -180,6 +198,8 @@ impl TcpConnection {
             lanes.push(Lane {
                 stream: s,
                 jobs: tx,
+                tx: Mutex::new(tx_half),
+                queued: AtomicUsize::new(0),
             });
             job_rxs.push(rx);
         }
@@ -206,12 +226,12 @@ impl TcpConnection {
             read: AtomicU64::new(0),
             sent: AtomicU64::new(0),
         });
-        for (i, (rx, (tx_half, rx_half))) in job_rxs.into_iter().zip(halves).enumerate() {
+        for (i, (rx, rx_half)) in job_rxs.into_iter().zip(rx_halves).enumerate() {
             let sh = shared.clone();
             std::thread::Builder::new()
                 .name(format!("hipfs-tcp-tx{i}"))
                 .spawn(move || {
-                    if let Err(e) = sh.sender_loop(tx_half, rx) {
+                    if let Err(e) = sh.sender_loop(i, rx) {
                         sh.die(format!("lane {i} send failed: {e}"));
                     }
                 })?;
@@ -281,10 +301,40 @@ impl Shared {
     }
 
     fn enqueue(&self, lane: usize, job: Job) -> Result<()> {
-        self.lanes[lane]
-            .jobs
-            .send(job)
-            .map_err(|_| self.disconnected())
+        let l = &self.lanes[lane];
+        // Counted before the sender can see it, so its decrement never
+        // comes first.
+        l.queued.fetch_add(1, Ordering::SeqCst);
+        l.jobs.send(job).map_err(|_| {
+            l.queued.fetch_sub(1, Ordering::SeqCst);
+            self.disconnected()
+        })
+    }
+
+    /// Writes message `m` on lane 0 from this thread if nothing is queued
+    /// there and no one is writing; `Ok(false)` when it must be queued.
+    fn send_direct(&self, m: &[u8]) -> Result<bool> {
+        let lane = &self.lanes[0];
+        if m.len() > DIRECT_SEND_MAX || lane.queued.load(Ordering::SeqCst) != 0 {
+            return Ok(false);
+        }
+        let Ok(mut tx) = lane.tx.try_lock() else {
+            return Ok(false);
+        };
+        // Checked again under the lock: a job queued meanwhile goes first.
+        if lane.queued.load(Ordering::SeqCst) != 0 {
+            return Ok(false);
+        }
+        let mut h = Header::new(FrameKind::Msg);
+        h.len = m.len() as u64;
+        let sent = send_header(&mut tx, &h, !m.is_empty())
+            .and_then(|()| tx.send_bytes(m, false).map_err(io_to_disconnect));
+        drop(tx);
+        if let Err(e) = sent {
+            self.die(format!("lane 0 send failed: {e}"));
+            return Err(self.disconnected());
+        }
+        Ok(true)
     }
 
     /// Shared body of write_remote / read_remote.
@@ -471,6 +521,10 @@ impl Connection for TcpConnection {
         }
         // Control messages all use lane 0: one queue, one stream, so they
         // arrive in the order they were sent.
+        if sh.send_direct(msg)? {
+            sh.sent.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let deadline = Instant::now() + sh.op_timeout;
         match sh.out_gate.acquire(cost(msg.len()), Some(deadline)) {
             Ok(()) => {}

@@ -74,25 +74,21 @@ impl RemoteFs {
         if self.xattr_ttl.is_zero() {
             return;
         }
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-        match nodes.get_mut(&ino) {
-            Some(n) => n.no_xattrs = Some(Instant::now()),
-            None => {
-                drop(nodes);
-                self.note_missing_xattr(ino, ANY_XATTR, Errno::ENODATA);
-            }
+        let known = self
+            .nodes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .set_no_xattrs(ino, Some(Instant::now()));
+        if !known {
+            self.note_missing_xattr(ino, ANY_XATTR, Errno::ENODATA);
         }
     }
 
     pub(super) fn forget_xattrs(&self, ino: Ino) {
-        if let Some(n) = self
-            .nodes
+        self.nodes
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&ino)
-        {
-            n.no_xattrs = None;
-        }
+            .set_no_xattrs(ino, None);
         self.missing_xattrs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

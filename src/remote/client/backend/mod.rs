@@ -14,6 +14,8 @@
 
 mod cache;
 mod files;
+mod fresh_dirs;
+mod head;
 mod nodes;
 mod notices;
 
@@ -36,7 +38,7 @@ use super::super::proto::{Op, Payload, WireCred, WireSetAttr, WireTime};
 use super::RemoteClient;
 use cache::{DirListing, ANY_XATTR};
 use files::OpenFile;
-use nodes::{join, moved, Node};
+use nodes::{join, moved, NodeTable};
 
 /// (inode, attribute name) → when the server said it is absent, and how.
 type MissingXattrs = HashMap<(Ino, Vec<u8>), (Instant, Errno)>;
@@ -44,7 +46,7 @@ type MissingXattrs = HashMap<(Ino, Vec<u8>), (Instant, Errno)>;
 /// The remote export as a FUSE backend.
 pub struct RemoteFs {
     client: Arc<RemoteClient>,
-    nodes: RwLock<HashMap<Ino, Node>>,
+    nodes: RwLock<NodeTable>,
     files: RwLock<HashMap<u64, Arc<OpenFile>>>,
     next_fh: AtomicU64,
     dirs: Mutex<HashMap<u64, Arc<Mutex<DirListing>>>>,
@@ -63,6 +65,15 @@ pub struct RemoteFs {
     streams: Mutex<HashMap<u64, (u32, Instant)>>,
     /// Files handed to the direct path, by the kind of handle that asked.
     direct: DirectCounters,
+    /// The whole contents small files were opened with, by handle ([`head`]).
+    heads: Mutex<head::Heads>,
+    /// The server does not know `Op::OpenHead`.
+    no_open_head: std::sync::atomic::AtomicBool,
+    /// Directories made here whose names are all known ([`fresh_dirs`]).
+    fresh_dirs: Mutex<fresh_dirs::FreshDirs>,
+    /// Whether to track them: only when change notices tell of the
+    /// names others make.
+    tracks_fresh_dirs: std::sync::atomic::AtomicBool,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -86,6 +97,18 @@ fn wire_cred(c: &Credentials) -> WireCred {
         gid: c.gid,
         groups: c.groups.clone(),
     }
+}
+
+/// Whether `name` is a Linux security module's label (`security.selinux`,
+/// Smack's, AppArmor's). A mount does not carry them, as NFS without
+/// labeled NFS does not: a label is the policy of the machine that
+/// enforces it, and the client's kernel labels its files itself when its
+/// LSM is active (the request then never reaches the mount). They are
+/// answered "not supported", which also tells `ls -l` (that asks for
+/// `security.selinux` of every file) to stop asking for this filesystem.
+pub fn is_lsm_label(name: &OsStr) -> bool {
+    let n = name.as_bytes();
+    n == b"security.selinux" || n.starts_with(b"security.SMACK64") || n == b"security.apparmor"
 }
 
 fn errno(e: i32) -> Errno {
@@ -118,15 +141,8 @@ impl RemoteFs {
 
     /// A filesystem over `client`.
     pub fn new(client: Arc<RemoteClient>) -> RemoteFs {
-        let mut nodes = HashMap::new();
-        nodes.insert(
-            ROOT_INO,
-            Node {
-                paths: vec![Vec::new()],
-                nlookup: 1,
-                no_xattrs: None,
-            },
-        );
+        let mut nodes = NodeTable::default();
+        nodes.insert_root(ROOT_INO);
         RemoteFs {
             client,
             nodes: RwLock::new(nodes),
@@ -140,6 +156,10 @@ impl RemoteFs {
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
             direct: DirectCounters::default(),
+            heads: Mutex::new(head::Heads::default()),
+            no_open_head: std::sync::atomic::AtomicBool::new(false),
+            fresh_dirs: Mutex::new(fresh_dirs::FreshDirs::default()),
+            tracks_fresh_dirs: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -178,6 +198,9 @@ impl RemoteFs {
 impl Backend for RemoteFs {
     fn lookup(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        if self.surely_absent(parent, name) {
+            return Err(Errno::ENOENT);
+        }
         self.entry_call(cred, path.clone(), Op::Lookup { path })
     }
 
@@ -185,12 +208,17 @@ impl Backend for RemoteFs {
         if ino == ROOT_INO {
             return;
         }
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = nodes.get_mut(&ino) {
-            n.nlookup = n.nlookup.saturating_sub(nlookup);
-            if n.nlookup == 0 {
-                nodes.remove(&ino);
-            }
+        self.nodes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(ino, nlookup);
+        if !self
+            .nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&ino)
+        {
+            self.untrack_dir(ino);
         }
     }
 
@@ -230,6 +258,9 @@ impl Backend for RemoteFs {
     }
 
     fn setattr(&self, ino: Ino, changes: &SetAttr, cred: &Credentials) -> Result<Attr> {
+        if changes.size.is_some() {
+            self.drop_heads_of(ino);
+        }
         let path = self.path_of(ino)?;
         let set = WireSetAttr {
             mode: changes.mode.map(|m| m & 0o7777),
@@ -317,17 +348,12 @@ impl Backend for RemoteFs {
 
     fn open(&self, ino: Ino, flags: i32, cred: &Credentials) -> Result<u64> {
         self.on_node(ino, |path| {
-            let (epoch, p) = self.open_remote(
-                cred,
-                Op::Open {
-                    path: path.clone(),
-                    flags,
-                },
-            )?;
-            let Payload::Opened { fh } = p else {
-                return Err(Errno::EIO);
-            };
-            Ok(self.add_file(ino, path, flags, epoch, fh, wire_cred(cred)))
+            let (epoch, sfh, head) = self.open_with_head(cred, path.clone(), flags)?;
+            let fh = self.add_file(ino, path, flags, epoch, sfh, wire_cred(cred));
+            if let Some(data) = head {
+                self.keep_head(fh, ino, data);
+            }
+            Ok(fh)
         })
     }
 
@@ -341,6 +367,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<(Entry, u64)> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let (epoch, p) = self.open_remote(
             cred,
             Op::Create {
@@ -373,6 +400,9 @@ impl Backend for RemoteFs {
         size: u32,
         cred: &Credentials,
     ) -> Result<Vec<u8>> {
+        if let Some(data) = self.read_head(fh, offset, size) {
+            return Ok(data);
+        }
         self.read_file(ino, fh, offset, size, cred)
     }
 
@@ -384,6 +414,7 @@ impl Backend for RemoteFs {
         data: &[u8],
         cred: &Credentials,
     ) -> Result<usize> {
+        self.drop_heads_of(ino);
         self.write_file(ino, fh, offset, data, cred)
     }
 
@@ -393,12 +424,20 @@ impl Backend for RemoteFs {
         self.file(fh).map(|_| ())
     }
 
+    /// Writes are on the server when they are acknowledged and locks are
+    /// the kernel's, so a close has nothing to send. Whatever `flush` ever
+    /// does for a handle, this must answer `true` for it.
+    fn needs_flush(&self, _fh: u64) -> bool {
+        false
+    }
+
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
         self.file_call(fh, cred, |sfh, _| Ok(Op::Fsync { fh: sfh, datasync }))
             .map(|_| ())
     }
 
     fn release(&self, ino: Ino, fh: u64, flags: i32, cred: &Credentials) -> Result<()> {
+        self.drop_head(fh);
         self.release_file(ino, fh, flags, cred)
     }
 
@@ -412,7 +451,10 @@ impl Backend for RemoteFs {
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
         let mode = mode & !umask & 0o7777;
-        self.entry_call(cred, path.clone(), Op::Mkdir { path, mode })
+        self.note_name_in(parent, name.as_bytes());
+        let e = self.entry_call(cred, path.clone(), Op::Mkdir { path, mode })?;
+        self.track_new_dir(e.attr.ino);
+        Ok(e)
     }
 
     fn rmdir(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
@@ -436,6 +478,10 @@ impl Backend for RemoteFs {
     ) -> Result<()> {
         let from = self.child(parent, name)?;
         let to = self.child(newparent, newname)?;
+        self.note_name_in(newparent, newname.as_bytes());
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            self.note_name_in(parent, name.as_bytes());
+        }
         self.call(
             cred,
             Op::Rename {
@@ -448,18 +494,10 @@ impl Backend for RemoteFs {
         let fix = |p: &[u8]| -> Option<Vec<u8>> {
             moved(p, &from, &to).or_else(|| if exchange { moved(p, &to, &from) } else { None })
         };
-        for n in self
-            .nodes
+        self.nodes
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .values_mut()
-        {
-            for path in n.paths.iter_mut() {
-                if let Some(p) = fix(path) {
-                    *path = p;
-                }
-            }
-        }
+            .rename(fix);
         for f in self
             .files
             .read()
@@ -482,6 +520,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let target = target.as_os_str().as_bytes().to_vec();
         self.entry_call(cred, path.clone(), Op::Symlink { path, target })
     }
@@ -497,6 +536,7 @@ impl Backend for RemoteFs {
 
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, cred: &Credentials) -> Result<Entry> {
         let to = self.child(newparent, newname)?;
+        self.note_name_in(newparent, newname.as_bytes());
         self.on_node(ino, |from| {
             self.entry_call(
                 cred,
@@ -519,6 +559,7 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<Entry> {
         let path = self.child(parent, name)?;
+        self.note_name_in(parent, name.as_bytes());
         let mode = (mode & libc::S_IFMT) | (mode & !umask & 0o7777);
         self.entry_call(cred, path.clone(), Op::Mknod { path, mode, rdev })
     }
@@ -537,6 +578,9 @@ impl Backend for RemoteFs {
         }
         if self.no_xattr {
             return Err(Errno::ENOSYS);
+        }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
         if let Some(e) = self.missing_xattr(ino, &name) {
@@ -571,7 +615,11 @@ impl Backend for RemoteFs {
         }
         self.on_node(ino, |path| {
             match self.call(cred, Op::Listxattr { path })? {
-                Payload::Names(v) => Ok(v.into_iter().map(OsString::from_vec).collect()),
+                Payload::Names(v) => Ok(v
+                    .into_iter()
+                    .map(OsString::from_vec)
+                    .filter(|n| !is_lsm_label(n))
+                    .collect()),
                 _ => Err(Errno::EIO),
             }
         })
@@ -587,6 +635,9 @@ impl Backend for RemoteFs {
     ) -> Result<()> {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
+        }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);
@@ -607,6 +658,9 @@ impl Backend for RemoteFs {
     fn removexattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
+        }
+        if is_lsm_label(name) {
+            return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);
@@ -632,9 +686,10 @@ impl Backend for RemoteFs {
         Some(payload)
     }
 
-    fn written_elsewhere(&self, _ino: Ino) {
-        // Nothing of a file's data or attributes is cached here; the
-        // adapter drops the kernel's copy.
+    fn written_elsewhere(&self, ino: Ino) {
+        // The contents small files were opened with are the only data
+        // cached here; the adapter drops the kernel's copy.
+        self.drop_heads_of(ino);
         self.direct.invalidations.fetch_add(1, Ordering::Relaxed);
     }
 

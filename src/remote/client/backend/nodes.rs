@@ -1,7 +1,10 @@
 //! The inode table: which paths the kernel's inode numbers were seen under.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::ops::Deref;
 use std::os::unix::ffi::OsStrExt;
+use std::time::Instant;
 
 use hipfs_fusefs::{Entry, Errno, Ino, Result};
 
@@ -17,6 +20,138 @@ pub(super) struct Node {
     /// (readdir): kept here, with the inode, so that the answer for every
     /// file of a large tree stays as long as the kernel knows the file.
     pub(super) no_xattrs: Option<std::time::Instant>,
+}
+
+/// The inode table, indexed both ways: by inode (every request) and by
+/// path (each change notice names paths; scanning every known inode per
+/// notice cost milliseconds per batch once `ls -lR` had shown the kernel
+/// 100,000 files, and a notice comes with every file created).
+/// Reads go through `Deref` to the by-inode map; every change of a path
+/// goes through a method, which keeps the two in step.
+#[derive(Default)]
+pub(super) struct NodeTable {
+    by_ino: HashMap<Ino, Node>,
+    by_path: HashMap<Vec<u8>, Vec<Ino>>,
+}
+
+impl Deref for NodeTable {
+    type Target = HashMap<Ino, Node>;
+    fn deref(&self) -> &Self::Target {
+        &self.by_ino
+    }
+}
+
+impl NodeTable {
+    fn index(&mut self, path: &[u8], ino: Ino) {
+        let v = self.by_path.entry(path.to_vec()).or_default();
+        if !v.contains(&ino) {
+            v.push(ino);
+        }
+    }
+
+    fn unindex(&mut self, path: &[u8], ino: Ino) {
+        if let Some(v) = self.by_path.get_mut(path) {
+            v.retain(|i| *i != ino);
+            if v.is_empty() {
+                self.by_path.remove(path);
+            }
+        }
+    }
+
+    /// Adds `ino` (with no path yet) if it is not known.
+    pub(super) fn insert_root(&mut self, ino: Ino) {
+        self.by_ino.entry(ino).or_insert(Node {
+            paths: vec![Vec::new()],
+            nlookup: 1,
+            no_xattrs: None,
+        });
+        self.index(b"", ino);
+    }
+
+    /// One more kernel reference to `ino`, seen at `path` (now its first path).
+    pub(super) fn remember(&mut self, path: Vec<u8>, ino: Ino) {
+        let n = self.by_ino.entry(ino).or_insert(Node {
+            paths: Vec::new(),
+            nlookup: 0,
+            no_xattrs: None,
+        });
+        n.paths.retain(|p| *p != path);
+        n.paths.insert(0, path.clone());
+        let dropped = n.paths.split_off(n.paths.len().min(MAX_PATHS));
+        n.nlookup += 1;
+        for d in dropped {
+            self.unindex(&d, ino);
+        }
+        self.index(&path, ino);
+    }
+
+    /// The kernel gave back `nlookup` references; the inode goes at zero.
+    pub(super) fn forget(&mut self, ino: Ino, nlookup: u64) {
+        let Some(n) = self.by_ino.get_mut(&ino) else {
+            return;
+        };
+        n.nlookup = n.nlookup.saturating_sub(nlookup);
+        if n.nlookup == 0 {
+            if let Some(n) = self.by_ino.remove(&ino) {
+                for p in &n.paths {
+                    self.unindex(p, ino);
+                }
+            }
+        }
+    }
+
+    /// `ino` is no longer found at `path`.
+    pub(super) fn drop_path(&mut self, ino: Ino, path: &[u8]) {
+        if let Some(n) = self.by_ino.get_mut(&ino) {
+            n.paths.retain(|p| p != path);
+            self.unindex(path, ino);
+        }
+    }
+
+    /// Rewrites every path `fix` maps to a new one (a rename).
+    pub(super) fn rename(&mut self, fix: impl Fn(&[u8]) -> Option<Vec<u8>>) {
+        let mut moves = Vec::new();
+        for (ino, n) in self.by_ino.iter_mut() {
+            for path in n.paths.iter_mut() {
+                if let Some(p) = fix(path) {
+                    moves.push((*ino, std::mem::replace(path, p.clone()), p));
+                }
+            }
+        }
+        // All removals first: an exchange moves names onto each other.
+        for (ino, old, _) in &moves {
+            self.unindex(old, *ino);
+        }
+        for (ino, _, new) in &moves {
+            self.index(new, *ino);
+        }
+    }
+
+    /// Inodes the kernel knows at `path`.
+    pub(super) fn at(&self, path: &[u8]) -> &[Ino] {
+        self.by_path
+            .get(path)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// Sets when the server last said `ino` has no extended attributes.
+    pub(super) fn set_no_xattrs(&mut self, ino: Ino, at: Option<Instant>) -> bool {
+        match self.by_ino.get_mut(&ino) {
+            Some(n) => {
+                n.no_xattrs = at;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets every "no extended attributes" answer.
+    pub(super) fn clear_no_xattrs(&mut self) {
+        for n in self.by_ino.values_mut() {
+            n.no_xattrs = None;
+        }
+    }
 }
 
 /// Paths remembered per inode (hard links beyond this are found again by lookup).
@@ -90,10 +225,10 @@ impl RemoteFs {
             };
             match f(first.clone()) {
                 Err(e) if paths.len() > 1 && (e == Errno::ENOENT || e.code() == libc::ESTALE) => {
-                    let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-                    if let Some(n) = nodes.get_mut(&ino) {
-                        n.paths.retain(|p| *p != first);
-                    }
+                    self.nodes
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .drop_path(ino, &first);
                 }
                 r => return r,
             }
@@ -106,16 +241,10 @@ impl RemoteFs {
 
     /// Records that the kernel now holds one more reference to `e` at `path`.
     pub(super) fn remember(&self, path: Vec<u8>, e: &Entry) {
-        let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
-        let n = nodes.entry(e.attr.ino).or_insert(Node {
-            paths: Vec::new(),
-            nlookup: 0,
-            no_xattrs: None,
-        });
-        n.paths.retain(|p| *p != path);
-        n.paths.insert(0, path);
-        n.paths.truncate(MAX_PATHS);
-        n.nlookup += 1;
+        self.nodes
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remember(path, e.attr.ino);
     }
 }
 
@@ -123,6 +252,33 @@ impl RemoteFs {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+
+    #[test]
+    fn the_path_index_follows_remember_rename_exchange_and_forget() {
+        let mut t = NodeTable::default();
+        t.insert_root(1);
+        t.remember(b"a".to_vec(), 2);
+        t.remember(b"a/f".to_vec(), 3);
+        t.remember(b"b".to_vec(), 4);
+        assert_eq!(t.at(b"a/f"), &[3]);
+        t.rename(|p| moved(p, b"a", b"c"));
+        assert_eq!(t.at(b"a/f"), &[] as &[Ino]);
+        assert_eq!(t.at(b"c/f"), &[3]);
+        // An exchange: each name now means the other's inode.
+        t.rename(|p| moved(p, b"c", b"b").or_else(|| moved(p, b"b", b"c")));
+        assert_eq!(t.at(b"b"), &[2]);
+        assert_eq!(t.at(b"c"), &[4]);
+        assert_eq!(t.at(b"b/f"), &[3]);
+        t.remember(b"b/f".to_vec(), 3);
+        t.forget(3, 1);
+        assert_eq!(t.at(b"b/f"), &[3]);
+        t.forget(3, 1);
+        assert_eq!(t.at(b"b/f"), &[] as &[Ino]);
+        assert!(!t.contains_key(&3));
+        t.drop_path(4, b"c");
+        assert_eq!(t.at(b"c"), &[] as &[Ino]);
+        assert_eq!(t.at(b""), &[1]);
+    }
 
     #[test]
     fn renamed_prefixes_move_whole_subtrees_and_nothing_else() {

@@ -30,7 +30,10 @@ impl RemoteFs {
     /// them: the mount must then keep short cache lifetimes.
     pub fn subscribe(&self) -> Option<ChangeFeed> {
         let (tx, rx) = channel();
-        self.client.watch(tx).then_some(ChangeFeed(rx))
+        let watching = self.client.watch(tx);
+        self.tracks_fresh_dirs
+            .store(watching, std::sync::atomic::Ordering::Relaxed);
+        watching.then_some(ChangeFeed(rx))
     }
 
     /// Applies `feed`'s notices to the mount behind `inv` until this
@@ -48,24 +51,18 @@ impl RemoteFs {
     /// Inode numbers the kernel knows under any of `paths`.
     fn inos_of(&self, paths: &HashSet<Vec<u8>>) -> HashMap<Vec<u8>, Vec<Ino>> {
         let nodes = self.nodes.read().unwrap_or_else(|p| p.into_inner());
-        let mut out: HashMap<Vec<u8>, Vec<Ino>> = HashMap::new();
-        for (ino, n) in nodes.iter() {
-            for p in &n.paths {
-                if paths.contains(p) {
-                    out.entry(p.clone()).or_default().push(*ino);
-                }
-            }
-        }
-        out
+        paths
+            .iter()
+            .filter(|p| !nodes.at(p).is_empty())
+            .map(|p| (p.clone(), nodes.at(p).to_vec()))
+            .collect()
     }
 
     fn forget_missing_xattrs(&self, inos: &HashSet<Ino>) {
         {
             let mut nodes = self.nodes.write().unwrap_or_else(|p| p.into_inner());
             for ino in inos {
-                if let Some(n) = nodes.get_mut(ino) {
-                    n.no_xattrs = None;
-                }
+                nodes.set_no_xattrs(*ino, None);
             }
         }
         self.missing_xattrs
@@ -111,7 +108,16 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
         if name.is_empty() {
             continue;
         }
+        // Someone may have made this name: ask the server from now on.
+        dirs.iter().for_each(|d| fs.note_name_in(*d, name));
         let known = inos.get(&join_bytes(dir, name));
+        // A name that no longer means a directory made here: that inode
+        // number may come back as another directory.
+        known
+            .into_iter()
+            .flatten()
+            .filter(|i| **i != *now)
+            .for_each(|i| fs.untrack_dir(*i));
         match known {
             // The kernel's name still means that inode: keep the name (a
             // dropped directory entry would cut off every process whose
@@ -130,11 +136,13 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
     }
     fs.forget_missing_xattrs(&changed);
     for ino in changed {
+        fs.drop_heads_of(ino);
         inv.inode(ino, true);
     }
 }
 
 fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
+    fs.untrack_all_dirs();
     let all: Vec<(Ino, Vec<Vec<u8>>)> = fs
         .nodes
         .read()
@@ -146,14 +154,10 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clear();
-    for n in fs
-        .nodes
+    fs.nodes
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .values_mut()
-    {
-        n.no_xattrs = None;
-    }
+        .clear_no_xattrs();
     // Names of directories (those with known children) are left to
     // expire: dropping them would cut off the processes working inside.
     // Their attributes and listings go.
@@ -181,6 +185,7 @@ fn apply_everything(fs: &RemoteFs, inv: &Invalidator) {
                 inv.entry(*d, OsStr::from_bytes(&name));
             }
         }
+        fs.drop_heads_of(*ino);
         inv.inode(*ino, true);
     }
 }

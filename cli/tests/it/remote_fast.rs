@@ -1,0 +1,257 @@
+//! What makes POSIX tools fast on a mount without making them wrong:
+//! ACLs kept by the kernel (and dropped when a change names the file),
+//! security-module labels not carried, each tested against a real server.
+
+use std::ffi::CString;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::remote_common::{cpath, Fixture};
+
+const ACL_ACCESS: &str = "system.posix_acl_access";
+
+/// An access ACL in the kernel's xattr format: owner rw, user `uid` with
+/// `perm`, group r, mask r(w), other r.
+fn acl_for(uid: u32, perm: u16) -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, perm, uid),
+        (0x04, 4, u32::MAX),
+        (0x10, perm | 4, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+fn get_xattr(p: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let c = cpath(p);
+    let n = CString::new(name).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: NUL-terminated strings and a buffer with its length, all
+    // outliving the call.
+    let rc = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    buf.truncate(rc as usize);
+    Ok(buf)
+}
+
+fn set_xattr(p: &Path, name: &str, value: &[u8]) -> Result<(), i32> {
+    let c = cpath(p);
+    let n = CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a value slice that outlive the call.
+    let rc = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    Ok(())
+}
+
+fn list_xattrs(p: &Path) -> Vec<String> {
+    let c = cpath(p);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: a NUL-terminated path and a buffer with its length.
+    let n = unsafe { libc::listxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n >= 0, "listxattr: {}", std::io::Error::last_os_error());
+    buf[..n as usize]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect()
+}
+
+/// Server round trips the fixture's mount made so far.
+fn requests(f: &Fixture) -> u64 {
+    let line = f.mount.as_ref().unwrap().client.counters_line();
+    let n = line.split(": ").nth(1).and_then(|r| r.split(' ').next());
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in {line:?}"))
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn acls_are_read_once_then_kept_by_the_kernel_until_a_change_names_the_file() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::write(f.e("f"), b"x").unwrap();
+    set_xattr(&f.e("f"), ACL_ACCESS, &acl_for(65534, 4)).unwrap();
+    let first = get_xattr(&f.m("f"), ACL_ACCESS).unwrap();
+    assert_eq!(first, acl_for(65534, 4));
+    let before = requests(&f);
+    for _ in 0..20 {
+        assert_eq!(get_xattr(&f.m("f"), ACL_ACCESS).unwrap(), first);
+    }
+    // The notice of the export's own setxattr may land after the first
+    // read and drop the copy once; without the kernel's cache each of the
+    // 20 reads is a request.
+    let asked = requests(&f) - before;
+    assert!(asked <= 2, "{asked} requests for 20 reads of a cached ACL");
+
+    // Changed on the export: the notice drops the kernel's copy.
+    set_xattr(&f.e("f"), ACL_ACCESS, &acl_for(65534, 6)).unwrap();
+    let t = Instant::now();
+    while get_xattr(&f.m("f"), ACL_ACCESS).unwrap() != acl_for(65534, 6) {
+        assert!(t.elapsed() < Duration::from_secs(5), "stale ACL after 5 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Set through the mount: on the export at once, and seen at once.
+    set_xattr(&f.m("f"), ACL_ACCESS, &acl_for(4242, 4)).unwrap();
+    assert_eq!(get_xattr(&f.e("f"), ACL_ACCESS).unwrap(), acl_for(4242, 4));
+    assert_eq!(get_xattr(&f.m("f"), ACL_ACCESS).unwrap(), acl_for(4242, 4));
+
+    // A file without one: "no such attribute", also kept.
+    fs::write(f.e("plain"), b"x").unwrap();
+    assert_eq!(get_xattr(&f.m("plain"), ACL_ACCESS), Err(libc::ENODATA));
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn security_module_labels_are_not_carried_and_other_attributes_are() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::write(f.e("f"), b"x").unwrap();
+    set_xattr(&f.e("f"), "security.selinux", b"system_u:object_r:etc_t:s0").unwrap();
+    set_xattr(&f.e("f"), "user.k", b"v").unwrap();
+    assert_eq!(
+        get_xattr(&f.m("f"), "security.selinux"),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(
+        set_xattr(&f.m("f"), "security.selinux", b"x"),
+        Err(libc::EOPNOTSUPP)
+    );
+    let names = list_xattrs(&f.m("f"));
+    assert!(names.contains(&"user.k".to_string()), "{names:?}");
+    assert!(!names.iter().any(|n| n == "security.selinux"), "{names:?}");
+    assert_eq!(get_xattr(&f.m("f"), "user.k").unwrap(), b"v");
+    // The export's label is untouched.
+    assert_eq!(
+        get_xattr(&f.e("f"), "security.selinux").unwrap(),
+        b"system_u:object_r:etc_t:s0"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn small_files_come_with_their_open_and_reads_after_a_change_see_it() {
+    require_fuse!();
+    let f = Fixture::new();
+    for i in 0..20 {
+        fs::write(f.e(&format!("s{i}")), format!("small {i}\n")).unwrap();
+    }
+    let big = vec![7u8; 200 * 1024];
+    fs::write(f.e("big"), &big).unwrap();
+    // Names and attributes first, so that only opens and reads are counted.
+    for i in 0..20 {
+        fs::metadata(f.m(&format!("s{i}"))).unwrap();
+    }
+    let before = requests(&f);
+    for i in 0..20 {
+        assert_eq!(
+            fs::read(f.m(&format!("s{i}"))).unwrap(),
+            format!("small {i}\n").as_bytes()
+        );
+    }
+    // One open each (releases are posted, not counted); a read of its own
+    // would make two.
+    let asked = requests(&f) - before;
+    assert!(asked <= 25, "{asked} requests to read 20 small files");
+    assert_eq!(
+        fs::read(f.m("big")).unwrap(),
+        big,
+        "large files read as before"
+    );
+
+    // A handle opened before a change reads the change: written through
+    // the mount by another descriptor...
+    use std::io::{Read, Seek, SeekFrom, Write};
+    fs::write(f.e("w"), b"before").unwrap();
+    let mut r = fs::File::open(f.m("w")).unwrap();
+    let mut w = fs::OpenOptions::new().write(true).open(f.m("w")).unwrap();
+    w.write_all(b"AFTER!").unwrap();
+    let mut got = String::new();
+    r.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "AFTER!");
+    // ...or on the export itself (seen once the notice is in).
+    fs::write(f.e("x"), b"old").unwrap();
+    let mut r = fs::File::open(f.m("x")).unwrap();
+    fs::write(f.e("x"), b"new contents").unwrap();
+    let t = Instant::now();
+    loop {
+        let mut got = String::new();
+        r.seek(SeekFrom::Start(0)).unwrap();
+        r.read_to_string(&mut got).unwrap();
+        if got == "new contents" {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "stale: {got:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn missing_names_in_a_directory_made_here_cost_no_round_trip_and_others_names_appear() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.m("new")).unwrap();
+    // Let the notice of the mkdir itself arrive.
+    std::thread::sleep(Duration::from_millis(200));
+    let before = requests(&f);
+    for i in 0..20 {
+        assert!(!f.m(&format!("new/m{i}")).exists());
+    }
+    let asked = requests(&f) - before;
+    assert!(asked <= 2, "{asked} requests for 20 missing names");
+
+    // Made here: found (and its contents read back).
+    fs::write(f.m("new/mine"), b"1").unwrap();
+    assert_eq!(fs::read(f.m("new/mine")).unwrap(), b"1");
+    // Made on the export: the notice makes the mount ask again.
+    fs::write(f.e("new/theirs"), b"2").unwrap();
+    let t = Instant::now();
+    while !f.m("new/theirs").exists() {
+        assert!(t.elapsed() < Duration::from_secs(5), "never appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A directory replaced on the export behind the mount's back is not
+    // taken for the one made here.
+    fs::create_dir(f.m("gone")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    fs::remove_dir(f.e("gone")).unwrap();
+    fs::create_dir(f.e("gone")).unwrap();
+    fs::write(f.e("gone/inside"), b"3").unwrap();
+    let t = Instant::now();
+    while fs::read(f.m("gone/inside")).ok().as_deref() != Some(&b"3"[..]) {
+        assert!(t.elapsed() < Duration::from_secs(5), "new directory unseen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
