@@ -112,6 +112,14 @@ pub struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The export's identity, said to clients in the handshake. Servers
+    /// exporting the same namespace (a directory of a shared filesystem)
+    /// for one multi-server mount must say the same id; the mount refuses
+    /// servers that differ. Default: an id kept in the export root (an
+    /// extended attribute the first server creates), so servers of one
+    /// shared directory agree without being told.
+    #[arg(long, value_name = "ID")]
+    pub export_id: Option<String>,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
@@ -208,6 +216,7 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
         cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
     }
     cfg.local_socket = args.local_socket.clone();
+    cfg.export_id = args.export_id.clone();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         cfg.tls = Some(hipfs_rdma::TlsConfig::server(cert, key));
     }
@@ -225,9 +234,10 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     let mut signals = term_signals()?;
     let server = Server::start(cfg)?;
     eprintln!(
-        "hipfs: serving {} on {}{} (SIGTERM or Ctrl-C stops)",
+        "hipfs: serving {} on {} as export id {}{} (SIGTERM or Ctrl-C stops)",
         args.dir.display(),
         server.local_addr(),
+        server.export_id(),
         if args.read_only { ", read-only" } else { "" }
     );
     // The machine-readable line (tests and scripts read the bound port from

@@ -17,6 +17,7 @@ mod remote_data;
 mod remote_faults;
 mod remote_honest;
 mod remote_limits;
+mod remote_multi;
 mod remote_opaque_fd;
 mod remote_posix;
 mod remote_scripts;

@@ -23,9 +23,11 @@
 //! files are reopened by path on the new connection (see [`backend`]).
 
 pub mod backend;
+pub mod cluster;
 mod device_reg;
 pub mod direct;
 mod link;
+pub(crate) mod spread;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -75,6 +77,16 @@ pub struct ClientConfig {
     /// TLS on the TCP transport (`-o tls,ca=FILE`): the CA that signed the
     /// server's certificate and, optionally, the name to check.
     pub tls: Option<hipfs_rdma::TlsConfig>,
+    /// More servers of the same export (a multi-server mount): when the
+    /// current one cannot be reached, or leaves a request unanswered for
+    /// [`ClientConfig::failover_after`], the client moves to the next one
+    /// and reopens its files there by path (see [`cluster`]).
+    pub failover: Vec<String>,
+    /// The export id every server must say in its handshake; a server
+    /// saying another one is refused (it exports another namespace).
+    pub export_id: Option<String>,
+    /// How long connecting may wait for the server's handshake.
+    pub connect_timeout: Duration,
 }
 
 /// A capability for one open file, and how to get a new one when the
@@ -147,7 +159,25 @@ impl ClientConfig {
             unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             hard: false,
             tls: None,
+            failover: Vec::new(),
+            export_id: None,
+            connect_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// How long a request may go unanswered before a client with
+    /// [`ClientConfig::failover`] servers gives up on the current one: a
+    /// third of the timeout, 1 to 10 s, so that a hung server is left
+    /// well within the operation's deadline.
+    pub fn failover_after(&self) -> Duration {
+        (self.timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    }
+
+    /// Every server of this client: the first, then the failover ones.
+    pub fn servers(&self) -> Vec<String> {
+        std::iter::once(self.server.clone())
+            .chain(self.failover.iter().cloned())
+            .collect()
     }
 }
 
@@ -196,6 +226,8 @@ pub struct RemoteClient {
     /// Where change notices go once [`RemoteClient::watch`] succeeded;
     /// every new link subscribes again.
     notices: Mutex<Option<std::sync::mpsc::Sender<link::Notice>>>,
+    /// Which of [`ClientConfig::servers`] the client uses (failover moves it).
+    active: std::sync::atomic::AtomicUsize,
 }
 
 /// A FUSE request that arrives this soon after a request of the same
@@ -204,6 +236,10 @@ pub struct RemoteClient {
 /// lookups of a path one after the other, within microseconds) and shares
 /// its deadline, so `timeout=S` bounds the system call, not each request.
 pub const SHARED_DEADLINE_GAP: Duration = Duration::from_millis(50);
+
+/// `wait_for_reply`'s answer when the failover cut, not the deadline,
+/// ended the wait (not an errno any caller sees).
+const FAIL_OVER: i32 = -1;
 
 /// How the calls made on this thread for one operation are bounded.
 #[derive(Clone, Copy, Debug)]
@@ -265,7 +301,7 @@ impl std::fmt::Debug for RemoteClient {
 }
 
 /// This process's identity, for requests made for the mount itself.
-fn own_cred() -> WireCred {
+pub(crate) fn own_cred() -> WireCred {
     WireCred {
         uid: hipfs_sys::process::euid(),
         gid: hipfs_sys::process::egid(),
@@ -276,7 +312,15 @@ fn own_cred() -> WireCred {
 impl RemoteClient {
     /// Connects now, so a bad address or token is reported at once.
     pub fn connect(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
-        let c = Arc::new(RemoteClient {
+        let c = RemoteClient::unconnected(cfg);
+        c.link()?;
+        Ok(c)
+    }
+
+    /// A client that connects on first use (a multi-server mount's server
+    /// that is down when the mount starts joins when it answers).
+    pub(crate) fn unconnected(cfg: ClientConfig) -> Arc<RemoteClient> {
+        Arc::new(RemoteClient {
             cfg,
             link: Mutex::new(None),
             connecting: Mutex::new(()),
@@ -285,9 +329,41 @@ impl RemoteClient {
             counters: ClientCounters::default(),
             timed_out: Mutex::new(HashMap::new()),
             notices: Mutex::new(None),
-        });
-        c.link()?;
-        Ok(c)
+            active: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The server the client uses now (after a failover, not the first).
+    pub fn active_server(&self) -> String {
+        let servers = self.cfg.servers();
+        let i = self.active.load(Ordering::Relaxed) % servers.len();
+        servers[i].clone()
+    }
+
+    /// Drops the live connection (the next call makes a new one): after a
+    /// request was abandoned, no late reply or placement may arrive.
+    pub(crate) fn drop_link(&self) {
+        if let Some(l) = self.current() {
+            l.kill();
+        }
+    }
+
+    /// Connects to the server at `addr` (one of this client's servers),
+    /// refusing one that says another export id than the configured one.
+    fn open_link_to(&self, addr: &str, epoch: u64) -> Result<Arc<Link>, RemoteError> {
+        let mut cfg = self.cfg.clone();
+        cfg.server = addr.to_string();
+        let l = Link::open(&cfg, epoch)?;
+        if let Some(want) = &self.cfg.export_id {
+            if l.welcome.export_id.as_deref() != Some(want.as_str()) {
+                l.kill();
+                return Err(RemoteError::Refused(format!(
+                    "server {addr} exports id {}, not the mount's {want}: it does not serve the same namespace (hipfs serve --export-id)",
+                    l.welcome.export_id.as_deref().unwrap_or("(none: an older server)")
+                )));
+            }
+        }
+        Ok(l)
     }
 
     /// The server address.
@@ -312,6 +388,12 @@ impl RemoteClient {
             .unwrap_or_default()
     }
 
+    /// The export id the server said (protocol 3; `None` from an older
+    /// server, or while disconnected).
+    pub fn export_id(&self) -> Option<String> {
+        self.current().and_then(|l| l.welcome.export_id.clone())
+    }
+
     fn current(&self) -> Option<Arc<Link>> {
         self.link
             .lock()
@@ -330,9 +412,32 @@ impl RemoteClient {
             return Ok(l);
         }
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        let l = Link::open(&self.cfg, epoch)?;
+        // Each server in turn, from the one in use (failover).
+        let servers = self.cfg.servers();
+        let first = self.active.load(Ordering::Relaxed);
+        let mut tried = Err(RemoteError::Config("no server".into()));
+        for k in 0..servers.len() {
+            let i = (first + k) % servers.len();
+            tried = self.open_link_to(&servers[i], epoch);
+            match &tried {
+                Ok(_) => {
+                    if i != first % servers.len() {
+                        log::warn!(
+                            "failed over from {} to {}",
+                            servers[first % servers.len()],
+                            servers[i]
+                        );
+                    }
+                    self.active.store(i, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) if servers.len() > 1 => log::debug!("{}: {e}", servers[i]),
+                Err(_) => {}
+            }
+        }
+        let l = tried?;
         if epoch > 1 {
-            log::info!("reconnected to {}", self.cfg.server);
+            log::info!("reconnected to {}", self.active_server());
             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
@@ -549,12 +654,17 @@ impl RemoteClient {
                 }
             };
             let waited = loop {
-                let until = if waits {
+                let full = if waits {
                     Instant::now() + self.cfg.timeout
                 } else {
                     deadline
                 };
-                match wait_for_reply(&rx, until) {
+                // With other servers to go to, a hung one is left early.
+                let cut = (!self.cfg.failover.is_empty())
+                    .then(|| Instant::now() + self.cfg.failover_after())
+                    .filter(|c| *c < full);
+                match wait_for_reply(&rx, cut.unwrap_or(full)) {
+                    Err(Some(libc::ETIMEDOUT)) if cut.is_some() => break Err(Some(FAIL_OVER)),
                     // The connection is alive, the server is slow or
                     // stopped; its answer will come on this channel.
                     Err(Some(libc::ETIMEDOUT)) if waits => {
@@ -572,6 +682,22 @@ impl RemoteClient {
                         on_link(&link, p);
                     }
                     return reply.result;
+                }
+                Err(Some(FAIL_OVER)) => {
+                    link.forget(id);
+                    log::warn!(
+                        "server {} did not answer within {:?}; failing over to the next server",
+                        self.active_server(),
+                        self.cfg.failover_after()
+                    );
+                    link.kill();
+                    self.active.fetch_add(1, Ordering::Relaxed);
+                    reached = true;
+                    // Whether the server did it is unknown: only what is
+                    // safe to do twice goes to the next one.
+                    if !resend_ok {
+                        return Err(libc::EIO);
+                    }
                 }
                 Err(Some(errno)) => {
                     link.forget(id);

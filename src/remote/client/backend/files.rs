@@ -223,8 +223,15 @@ impl RemoteFs {
                 return None;
             }
         };
+        // A read-only open of a multi-server mount: the direct path
+        // spreads its reads too, with a capability from every server.
+        let members = match &self.cluster {
+            Some(c) if !write => c.grants(fh, &path, ino, &f.cred),
+            _ => Vec::new(),
+        };
         let id = super::super::direct::FileIdentity {
-            server: self.client.server().to_string(),
+            members,
+            server: self.client.active_server(),
             export: self.client.export_name(),
             path,
             ino,
@@ -254,6 +261,20 @@ impl RemoteFs {
         let size = size.min(MAX_IO as u32);
         if size == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(c) = &self.cluster {
+            // Spread over the servers, outside this client's scope (each
+            // server's attempts have their own bounds).
+            let f = self.file(fh)?;
+            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+                let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let out = c
+                    .read(fh, &path, f.ino, &f.cred, offset, size)
+                    .map_err(errno)?;
+                self.bytes_read
+                    .fetch_add(out.len() as u64, Ordering::Relaxed);
+                return Ok(out);
+            }
         }
         let r = self.client.within(None, self.mid_stream(fh), false, || {
             self.read_once(fh, offset, size, cred)
@@ -378,6 +399,9 @@ impl RemoteFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh);
+        if let Some(c) = &self.cluster {
+            c.release(fh);
+        }
         let (epoch, sfh) = *f.server.lock().unwrap_or_else(|p| p.into_inner());
         // Only the connection that opened it knows the handle (a new one
         // never saw it, and a dead one closed it). Nobody waits for the
