@@ -11,6 +11,7 @@ mod common;
 mod serve;
 
 mod cufile_mount;
+mod remote_campaign;
 mod remote_coherence;
 mod remote_conformance;
 mod remote_data;
