@@ -215,7 +215,7 @@ fn a_short_fault_campaign_over_three_servers_loses_no_acknowledged_write_and_rea
             while start.elapsed() < CHAOS {
                 std::thread::sleep(Duration::from_millis(400 + lcg(&mut x) % 600));
                 let i = (lcg(&mut x) % 3) as usize;
-                let kind = if lcg(&mut x) % 2 == 0 {
+                let kind = if lcg(&mut x).is_multiple_of(2) {
                     "kill -9, restart 1 s later"
                 } else {
                     "SIGSTOP 2 s, SIGCONT"
@@ -255,7 +255,7 @@ fn a_short_fault_campaign_over_three_servers_loses_no_acknowledged_write_and_rea
                 .push(format!("acknowledged {name} lost or wrong in the export"));
         }
         // Through the mounts too, for a sample (the export is the truth).
-        if seed % 4 != 0 {
+        if !seed.is_multiple_of(4) {
             continue;
         }
         for root in &roots {
