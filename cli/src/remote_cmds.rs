@@ -126,10 +126,10 @@ pub struct ServeArgs {
 #[derive(Args, Debug, Clone)]
 #[command(
     about = "Mount a hipfs export (or serve and mount a local directory with --local)",
-    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given.\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
+    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given. Several servers of one shared filesystem, comma-separated, make one mount whose reads are spread over all of them (docs/MULTI_SERVER.md).\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount storage1:7471,storage2:7471,storage3:7471:/ /mnt/data -o token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
 )]
 pub struct MountArgs {
-    /// SERVER[:PORT] (a trailing ":/" as mount(8) passes it is accepted), or with --local the directory to serve.
+    /// SERVER[:PORT] or several, comma-separated (S1:PORT,S2:PORT: one mount over servers of one shared filesystem); a trailing ":/" as mount(8) passes it is accepted. With --local: the directory to serve.
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
