@@ -159,8 +159,13 @@ impl UserspaceFs for SpreadFile {
         }
         let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
         let members: Vec<&Member> = self.parts.iter().map(|p| &p.member).collect();
+        // Small enough that the last extents of a call, read while other
+        // servers may already be idle, are a small part of it (4 per
+        // worker), never above the single-server piece.
+        let workers = self.parts.len() * PARALLEL;
+        let extent = (mem.len() / (workers * 4)).clamp(256 << 10, read_piece_len());
         let plan = Plan {
-            extent: read_piece_len(),
+            extent,
             per_server: PARALLEL,
             deadline: Instant::now() + self.timeout,
             stall: self.stall,
