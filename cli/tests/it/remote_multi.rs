@@ -121,6 +121,17 @@ fn large_reads_through_fuse_and_userspace_fs_are_spread_over_every_server() {
         let end = (off + len).min(data.len());
         assert!(got[..] == data[off..end], "direct read at {off}");
     }
+    // So do OPAQUE_FD handles (what PyTorch and KvikIO loaders register).
+    let mut op = hipfs::FileHandle::new(
+        mnt.path().join("big"),
+        libc::O_RDONLY,
+        0,
+        hipfs::FileHandleType::OpaqueFd,
+    );
+    op.open().unwrap();
+    let got = read_at(&op, 24 << 20, 3 << 20);
+    assert!(got[..] == data[3 << 20..27 << 20], "OPAQUE_FD read");
+    drop(op);
     // Writes go through one server; a reopen sees them (close-to-open).
     fs::write(mnt.path().join("small"), b"written once").unwrap();
     assert_eq!(fs::read(mnt.path().join("small")).unwrap(), b"written once");
@@ -257,5 +268,44 @@ fn with_every_server_down_a_read_fails_with_eio_within_the_timeout() {
         }
     }
     drop(f);
+    m.unmount().unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn metadata_and_writes_move_to_the_next_server_when_theirs_dies() {
+    require_fuse!();
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let mut s = servers(export.path(), 3, &[]);
+    let m = mount(&s, mnt.path(), "soft,timeout=3");
+    fs::write(mnt.path().join("before"), b"one").unwrap();
+    let kept = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(mnt.path().join("before"))
+        .unwrap();
+    let first = s[0].port;
+    assert!(stats(mnt.path()).contains(&format!("(via 127.0.0.1:{first})")));
+    kill9(&mut s[0]);
+    // The next requests find the connection gone and go to the next server.
+    fs::write(mnt.path().join("after"), b"two").unwrap();
+    assert_eq!(fs::read(export.path().join("after")).unwrap(), b"two");
+    let text = stats(mnt.path());
+    assert!(
+        text.contains(&format!("(via 127.0.0.1:{})", s[1].port)),
+        "{text}"
+    );
+    // A file open before is reopened there by path, and written through it.
+    kept.write_all_at(b"ONE", 0).unwrap();
+    kept.sync_all().unwrap();
+    drop(kept);
+    assert_eq!(fs::read(export.path().join("before")).unwrap(), b"ONE");
+    assert_eq!(fs::read(mnt.path().join("before")).unwrap(), b"ONE");
+    fs::create_dir(mnt.path().join("dir")).unwrap();
+    assert!(export.path().join("dir").is_dir());
     m.unmount().unwrap();
 }
