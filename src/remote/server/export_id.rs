@@ -5,7 +5,9 @@
 //! as an extended attribute, so that every server exporting that directory
 //! of a shared filesystem finds the same one: the first server to start
 //! creates it (`XATTR_CREATE`: of servers starting together, one wins and
-//! the others read its id). A filesystem without extended attributes, or
+//! the others read its id; where the filesystem does not make that atomic
+//! across nodes, the creator reads the id back after a pause and takes
+//! what is stored). A filesystem without extended attributes, or
 //! a read-only export that has none yet, gets a fingerprint of the root's
 //! inode number and filesystem type instead, logged as weak.
 
@@ -21,6 +23,9 @@ use hipfs_sys::xattr;
 /// CAP_SYS_ADMIN (clients acting as users can neither see nor change it),
 /// `user.` is the fallback for servers not run as root.
 const XATTR_NAMES: [&str; 2] = ["trusted.hipfs.export_id", "user.hipfs.export_id"];
+
+/// How long a server that created the id waits before reading it back.
+const CREATE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
 
 /// Checks an id given on the command line: printable, no blanks or commas
 /// (it appears in messages and mount option lists), 1..=256 bytes.
@@ -68,7 +73,14 @@ pub fn resolve(dir: &Path, given: Option<&str>, read_only: bool) -> Result<Strin
             .map(|b| format!("{b:02x}"))
             .collect();
         match xattr::set(&path, &name, fresh.as_bytes(), libc::XATTR_CREATE) {
-            Ok(()) => return Ok(fresh),
+            Ok(()) => {
+                // XATTR_CREATE is not atomic across the nodes of every
+                // distributed filesystem (GlusterFS lets two servers that
+                // start together both "create" it): let the racing writes
+                // land, then take whatever the directory keeps.
+                std::thread::sleep(CREATE_SETTLE);
+                return Ok(read_id(&path, &name).unwrap_or(fresh));
+            }
             // Another server created it first: take its id.
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                 if let Some(id) = read_id(&path, &name) {
