@@ -57,12 +57,13 @@ impl Node {
                         },
                     )
                 });
-                if r.is_err() {
-                    c.drop_link();
-                } else {
+                let answered = spread::answered(&r);
+                if answered {
                     log::info!("server {} answers again: back in the spread", c.server());
+                } else {
+                    c.drop_link();
                 }
-                node.member.probed(r.is_ok());
+                node.member.probed(answered);
             });
         if spawned.is_err() {
             self.member.probed(false);
@@ -189,6 +190,7 @@ impl Cluster {
                 c.hard = false;
                 c.failover.clear();
                 c.connect_timeout = stall;
+                c.connect_once = true;
                 // Every call of a server's client runs within the spread's
                 // bounds; this also bounds setting up its connection.
                 c.timeout = stall;

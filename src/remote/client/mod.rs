@@ -87,6 +87,10 @@ pub struct ClientConfig {
     pub export_id: Option<String>,
     /// How long connecting may wait for the server's handshake.
     pub connect_timeout: Duration,
+    /// A call whose connection cannot be made fails at once (`ENOTCONN`)
+    /// instead of trying again until its deadline: for the servers of a
+    /// multi-server mount, where another server takes the request.
+    pub connect_once: bool,
 }
 
 /// A capability for one open file, and how to get a new one when the
@@ -162,6 +166,7 @@ impl ClientConfig {
             failover: Vec::new(),
             export_id: None,
             connect_timeout: Duration::from_secs(10),
+            connect_once: false,
         }
     }
 
@@ -606,6 +611,10 @@ impl RemoteClient {
                     if let RemoteError::Auth(_) | RemoteError::Refused(_) = e {
                         log::warn!("{}: {e}", self.cfg.server);
                         return Err(libc::EACCES);
+                    }
+                    if self.cfg.connect_once {
+                        log::debug!("{}: {e}", self.cfg.server);
+                        return Err(if reached { libc::EIO } else { libc::ENOTCONN });
                     }
                     if hard {
                         self.still_trying(&mut warned, &e);

@@ -134,6 +134,18 @@ pub fn elsewhere(errno: i32) -> bool {
 /// attempt's deadline) → bytes read.
 pub type ReadExtent<'a> = dyn Fn(usize, &mut [u8], u64, Instant) -> Result<usize, i32> + Sync + 'a;
 
+/// Whether a probe's outcome means the server answers: a reply, even an
+/// errno about the file, but not a transport failure or a refusal.
+pub fn answered<T>(r: &Result<T, i32>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(e) => !matches!(
+            *e,
+            libc::ENOTCONN | libc::ETIMEDOUT | libc::EIO | libc::EINTR | libc::EACCES
+        ),
+    }
+}
+
 /// How a spread read runs.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {

@@ -64,6 +64,7 @@ pub(super) fn bind(
             // The spread bounds every attempt; this bounds connecting.
             c.timeout = stall;
             c.connect_timeout = stall;
+            c.connect_once = true;
             let fd = mount_fd.clone();
             let s = server.clone();
             let renew = move || renewed(&fd, purpose, &s);
@@ -113,10 +114,11 @@ impl Part {
                 let r = c.within(Some(Instant::now() + stall), false, false, || {
                     part.file.read_piece(&mut one, 0)
                 });
-                if r.is_err() {
+                let answered = spread::answered(&r);
+                if !answered {
                     c.drop_link();
                 }
-                part.member.probed(r.is_ok());
+                part.member.probed(answered);
             });
         if spawned.is_err() {
             self.member.probed(false);
