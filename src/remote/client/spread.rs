@@ -344,6 +344,23 @@ mod tests {
     }
 
     #[test]
+    fn a_faster_server_takes_more_extents() {
+        let ms: Vec<Member> = (0..2).map(|_| Member::default()).collect();
+        let refs: Vec<&Member> = ms.iter().collect();
+        let mut buf = vec![0u8; 64 * 4096];
+        read(&refs, &mut buf, 0, plan(4096), &|m, dst, _, _| {
+            // Server 0 delivers an extent in 10 ms, server 1 in 1 ms.
+            std::thread::sleep(Duration::from_millis(if m == 0 { 10 } else { 1 }));
+            Ok(dst.len())
+        })
+        .unwrap();
+        let slow = ms[0].stats.extents.load(Ordering::Relaxed);
+        let fast = ms[1].stats.extents.load(Ordering::Relaxed);
+        assert_eq!(slow + fast, 64);
+        assert!(fast > 2 * slow, "fast {fast}, slow {slow}");
+    }
+
+    #[test]
     fn every_server_failing_gives_eio_and_a_file_error_is_passed_on() {
         let ms: Vec<Member> = (0..2).map(|_| Member::default()).collect();
         let refs: Vec<&Member> = ms.iter().collect();
