@@ -309,3 +309,54 @@ fn metadata_and_writes_move_to_the_next_server_when_theirs_dies() {
     assert!(export.path().join("dir").is_dir());
     m.unmount().unwrap();
 }
+
+/// The welcome a client speaking only `version` gets, and whether the
+/// server's proof in it verifies over what that version says it covers.
+fn welcome_for_version(addr: &str, version: u16) -> (hipfs::remote::proto::Welcome, bool) {
+    use hipfs::remote::auth::{secret_id, transcript, Token, CLIENT_PROOF, SERVER_PROOF};
+    use hipfs::remote::proto::{export_id_transcript, Challenge, CredKind, Hello, Proof, Welcome};
+    let cfg = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp);
+    let conn = hipfs_rdma::connect(addr, &cfg).unwrap();
+    let t = Duration::from_secs(5);
+    let nonce = [9u8; 32];
+    let hello = Hello {
+        min_version: version,
+        max_version: version,
+        nonce,
+    };
+    conn.send(&hello.encode()).unwrap();
+    let ch = Challenge::decode(&conn.recv(t).unwrap()).unwrap();
+    assert_eq!(ch.version, version);
+    let socket = crate::remote_common::local_socket_of(addr);
+    let s = hipfs::remote::server::fetch_ticket(&socket).unwrap();
+    let (id, secret) = (secret_id(&s), Token::from_bytes(&s));
+    let tr = transcript(CredKind::Ticket as u8, 0, &id, &ch.nonce, &nonce);
+    let proof = Proof {
+        kind: CredKind::Ticket,
+        flags: 0,
+        id,
+        mac: secret.proof(CLIENT_PROOF, &tr),
+    };
+    conn.send(&proof.encode()).unwrap();
+    let w = Welcome::decode(&conn.recv(t).unwrap()).unwrap();
+    let covered = match &w.export_id {
+        Some(x) => export_id_transcript(&tr, x),
+        None => tr.clone(),
+    };
+    let ok = secret.verify(SERVER_PROOF, &covered, &w.mac);
+    conn.close();
+    (w, ok)
+}
+
+#[test]
+fn a_version_2_client_gets_the_version_2_welcome_and_a_version_3_one_the_export_id() {
+    let export = tempfile::tempdir().unwrap();
+    let s = servers(export.path(), 1, &["--export-id", "ds-7"]);
+    let addr = format!("127.0.0.1:{}", s[0].port);
+    let (w2, ok2) = welcome_for_version(&addr, 2);
+    assert_eq!(w2.export_id, None);
+    assert!(ok2, "the version 2 proof does not verify");
+    let (w3, ok3) = welcome_for_version(&addr, 3);
+    assert_eq!(w3.export_id.as_deref(), Some("ds-7"));
+    assert!(ok3, "the version 3 proof does not cover the export id");
+}
