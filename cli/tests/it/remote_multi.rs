@@ -132,6 +132,14 @@ fn large_reads_through_fuse_and_userspace_fs_are_spread_over_every_server() {
     let got = read_at(&op, 24 << 20, 3 << 20);
     assert!(got[..] == data[3 << 20..27 << 20], "OPAQUE_FD read");
     drop(op);
+    // A file unlinked while open reads through the mount's own handle.
+    fs::write(export.path().join("gone"), &data[..1 << 20]).unwrap();
+    let gone = fs::File::open(mnt.path().join("gone")).unwrap();
+    fs::remove_file(mnt.path().join("gone")).unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    gone.read_exact_at(&mut back, 0).unwrap();
+    assert!(back[..] == data[..1 << 20], "unlinked open file");
+    drop(gone);
     // Writes go through one server; a reopen sees them (close-to-open).
     fs::write(mnt.path().join("small"), b"written once").unwrap();
     assert_eq!(fs::read(mnt.path().join("small")).unwrap(), b"written once");

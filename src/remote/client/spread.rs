@@ -125,7 +125,6 @@ pub fn elsewhere(errno: i32) -> bool {
             | libc::ENETUNREACH
             | libc::EPROTO
             | libc::EACCES
-            | libc::ESTALE
             | libc::ENOMEM
     )
 }

@@ -268,12 +268,18 @@ impl RemoteFs {
             let f = self.file(fh)?;
             if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
                 let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let out = c
-                    .read(fh, &path, f.ino, &f.cred, offset, size)
-                    .map_err(errno)?;
-                self.bytes_read
-                    .fetch_add(out.len() as u64, Ordering::Relaxed);
-                return Ok(out);
+                match c.read(fh, &path, f.ino, &f.cred, offset, size) {
+                    Ok(out) => {
+                        self.bytes_read
+                            .fetch_add(out.len() as u64, Ordering::Relaxed);
+                        return Ok(out);
+                    }
+                    // The path no longer names the open file (unlinked or
+                    // replaced since): only this mount's own handle still
+                    // reaches it, below.
+                    Err(libc::ENOENT | libc::ESTALE) => {}
+                    Err(e) => return Err(errno(e)),
+                }
             }
         }
         let r = self.client.within(None, self.mid_stream(fh), false, || {
