@@ -4,6 +4,7 @@
 //! under reads, servers of another namespace refused.
 
 use std::fs;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -296,9 +297,16 @@ fn metadata_and_writes_move_to_the_next_server_when_theirs_dies() {
         .write(true)
         .open(mnt.path().join("before"))
         .unwrap();
+    let mut dirty = fs::File::create(mnt.path().join("dirty")).unwrap();
+    dirty.write_all(b"taken by the first server").unwrap();
     let first = s[0].port;
     assert!(stats(mnt.path()).contains(&format!("(via 127.0.0.1:{first})")));
     kill9(&mut s[0]);
+    // Its writes went to the server that died: the next one cannot sync
+    // them, so the sync does not claim it did.
+    let e = dirty.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e:?}");
+    drop(dirty);
     // The next requests find the connection gone and go to the next server.
     fs::write(mnt.path().join("after"), b"two").unwrap();
     assert_eq!(fs::read(export.path().join("after")).unwrap(), b"two");

@@ -22,6 +22,8 @@ pub(super) struct OpenFile {
     pub(super) server: Mutex<(u64, u64)>,
     /// Who opened it: the identity a direct-path capability for it acts as.
     pub(super) cred: WireCred,
+    /// The connection epoch its last write went out on (0: none yet).
+    pub(super) written_on: AtomicU64,
 }
 
 /// A read or write of a handle that the same process read or wrote
@@ -175,6 +177,7 @@ impl RemoteFs {
                     flags,
                     server: Mutex::new((epoch, sfh)),
                     cred,
+                    written_on: AtomicU64::new(0),
                 }),
             );
         fh
@@ -369,7 +372,10 @@ impl RemoteFs {
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + MAX_IO).min(data.len())];
-            let p = self.file_call(fh, cred, |sfh, _| {
+            let p = self.file_call(fh, cred, |sfh, link| {
+                if let Ok(f) = self.file(fh) {
+                    f.written_on.store(link.epoch, Ordering::SeqCst);
+                }
                 Ok(Op::Write {
                     fh: sfh,
                     offset: offset + done as u64,
@@ -386,6 +392,27 @@ impl RemoteFs {
         }
         self.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
         Ok(done)
+    }
+
+    /// Syncs open file `fh`. On a multi-server mount, when its writes went
+    /// to a connection (a server) that is no longer the one in use, the
+    /// server now in use cannot sync what the old one took: `EIO`, as an
+    /// NFS client answers a changed write verifier it cannot resend for.
+    pub(super) fn sync_file(&self, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
+        let f = self.file(fh)?;
+        let checked = self.cluster.is_some();
+        self.file_call(fh, cred, |sfh, link| {
+            let w = f.written_on.load(Ordering::SeqCst);
+            if checked && w != 0 && w != link.epoch {
+                log::warn!(
+                    "{}: written through a server this mount has left; cannot sync it through another",
+                    String::from_utf8_lossy(&f.path.lock().unwrap_or_else(|p| p.into_inner()))
+                );
+                return Err(libc::EIO);
+            }
+            Ok(Op::Fsync { fh: sfh, datasync })
+        })
+        .map(|_| ())
     }
 
     pub(super) fn release_file(

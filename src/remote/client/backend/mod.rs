@@ -412,19 +412,13 @@ impl Backend for RemoteFs {
             // Close-to-open across servers: the server that took the
             // writes pushes them to the shared filesystem before close
             // returns, so an open through any other server sees them.
-            self.file_call(fh, cred, |sfh, _| {
-                Ok(Op::Fsync {
-                    fh: sfh,
-                    datasync: true,
-                })
-            })?;
+            self.sync_file(fh, true, cred)?;
         }
         Ok(())
     }
 
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
-        self.file_call(fh, cred, |sfh, _| Ok(Op::Fsync { fh: sfh, datasync }))
-            .map(|_| ())
+        self.sync_file(fh, datasync, cred)
     }
 
     fn release(&self, ino: Ino, fh: u64, flags: i32, cred: &Credentials) -> Result<()> {
