@@ -221,7 +221,13 @@ NFT
             # one of them finds it gone from the list and ignores it.
             head -n "$half" "$f" > "$work/prune"
             tail -n +"$((half + 1))" "$f" > "$f.new"; mv "$f.new" "$f"
-            while read -r name _; do rm -f "$export_dir/$name"; done < "$work/prune"
+            # Each is checked in the export before it goes: every
+            # acknowledged file is checked at least once.
+            while read -r name sum _; do
+                got=$(sha256sum "$export_dir/$name" 2>&1 | cut -c1-64) || true
+                [ "$got" = "$sum" ] || echo "LOST or WRONG before pruning: $name" >> "$work/bad"
+                rm -f "$export_dir/$name"
+            done < "$work/prune"
             echo "$half" >> "$work/pruned"
         done
     fi
@@ -257,7 +263,7 @@ checked=$(cat "$work"/checked.* 2>/dev/null | wc -l)
 checked_bytes=$(cat "$work"/checked.* 2>/dev/null | paste -sd+ | bc 2>/dev/null || echo 0)
 echo "faults injected: $(wc -l < "$work/faults")"
 sed 's/^[0-9]*s //; s/server [0-9]: //' "$work/faults" | sort | uniq -c | sed 's/^/  /'
-echo "writes acknowledged: $((acked + ${pruned:-0})) (pruned from the check to keep the disk from filling: ${pruned:-0})"
+echo "writes acknowledged: $((acked + ${pruned:-0})) (${pruned:-0} of them checked in the export and deleted on the way, to keep the disk from filling)"
 echo "reads checked during the campaign: $checked ($checked_bytes bytes)"
 echo "final check: $final files, each in the export and through both mounts ($final_bytes bytes)"
 echo "errors seen by clients:"
