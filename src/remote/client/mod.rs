@@ -421,10 +421,14 @@ impl RemoteClient {
         let servers = self.cfg.servers();
         let first = self.active.load(Ordering::Relaxed);
         let mut tried = Err(RemoteError::Config("no server".into()));
+        // A server that refused (another export id, a wrong token) is not
+        // the answer while another one may only be down for a while: the
+        // caller retries unreachable servers, not refusals.
+        let mut unreachable = false;
         for k in 0..servers.len() {
             let i = (first + k) % servers.len();
             tried = self.open_link_to(&servers[i], epoch);
-            match &tried {
+            match tried {
                 Ok(_) => {
                     if i != first % servers.len() {
                         log::warn!(
@@ -436,8 +440,21 @@ impl RemoteClient {
                     self.active.store(i, Ordering::Relaxed);
                     break;
                 }
-                Err(e) if servers.len() > 1 => log::debug!("{}: {e}", servers[i]),
+                Err(ref e) if servers.len() > 1 => {
+                    log::debug!("{}: {e}", servers[i]);
+                    if !matches!(e, RemoteError::Auth(_) | RemoteError::Refused(_)) {
+                        unreachable = true;
+                    }
+                }
                 Err(_) => {}
+            }
+        }
+        if tried.is_err() && unreachable {
+            if let Err(RemoteError::Auth(_) | RemoteError::Refused(_)) = tried {
+                tried = Err(RemoteError::Io(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "no server of the mount could be reached",
+                )));
             }
         }
         let l = tried?;
@@ -993,6 +1010,39 @@ mod tests {
         let c = shared_client(auto).unwrap();
         assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&b, &c));
         assert_eq!(c.transport(), TransportKind::Auto);
+    }
+
+    #[test]
+    fn a_server_of_another_export_is_refused_but_does_not_hide_one_that_is_down() {
+        let (_export, server) = tcp_server();
+        let mut only = tcp_config(server.local_addr());
+        only.export_id = Some("not-this-one".into());
+        let e = RemoteClient::connect(only).unwrap_err();
+        assert!(matches!(e, RemoteError::Refused(_)), "{e}");
+        assert!(
+            e.to_string().contains("not the mount's not-this-one"),
+            "{e}"
+        );
+        // First a server that is down, then the refusing one: the answer is
+        // "unreachable" (retried), not the refusal (final).
+        let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let down_addr = down.local_addr().unwrap().to_string();
+        drop(down);
+        let mut both = tcp_config(&down_addr);
+        both.failover = vec![server.local_addr().to_string()];
+        both.export_id = Some("not-this-one".into());
+        let e = RemoteClient::connect(both).unwrap_err();
+        assert!(
+            !matches!(e, RemoteError::Refused(_) | RemoteError::Auth(_)),
+            "{e}"
+        );
+        // With the right id the second server is taken.
+        let mut right = tcp_config(&down_addr);
+        right.failover = vec![server.local_addr().to_string()];
+        right.export_id = Some(server.export_id().to_string());
+        let c = RemoteClient::connect(right).unwrap();
+        assert_eq!(c.active_server(), server.local_addr());
+        assert_eq!(c.export_id().as_deref(), Some(server.export_id()));
     }
 
     #[test]
