@@ -765,7 +765,7 @@ impl RemoteClient {
         let c = &self.counters;
         format!(
             "server {}: {} requests, {} failed, {} reconnects",
-            self.cfg.server,
+            self.active_server(),
             c.calls.load(Ordering::Relaxed),
             c.failed.load(Ordering::Relaxed),
             c.reconnects.load(Ordering::Relaxed)
