@@ -6,7 +6,7 @@
 //!   the mount's [`RemoteClient`] with the others as
 //!   [`ClientConfig::failover`], which moves on when its server cannot be
 //!   reached or leaves a request unanswered, and reopens its files there.
-//! - Reads of files opened read-only are spread ([`super::spread`]): each
+//! - Reads of files opened read-only are spread (the `spread` module): each
 //!   server of the [`Cluster`] has its own connection and its own handle
 //!   of the file, opened as the file's opener on first use. A file opened
 //!   for writing is read through the server that takes its writes, so a
