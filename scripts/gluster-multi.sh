@@ -44,14 +44,18 @@ cleanup() {
     for i in 1 2 3; do umount -l "$work/g$i" 2>/dev/null || true; done
     gluster --mode=script volume stop "$vol" force > /dev/null 2>&1 || true
     gluster --mode=script volume delete "$vol" > /dev/null 2>&1 || true
+    if [ -n "${glusterd_pid:-}" ]; then kill "$glusterd_pid" 2>/dev/null || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
 
 if ! gluster peer status > /dev/null 2>&1; then
+    # Started here, in the foreground of a background job: stopped again
+    # on the way out.
     mkdir -p /var/log/glusterfs /var/lib/glusterd
-    glusterd --log-file="$work/glusterd.log"
-    sleep 2
+    glusterd -N --log-file="$work/glusterd.log" &
+    glusterd_pid=$!
+    for _ in $(seq 50); do gluster peer status > /dev/null 2>&1 && break; sleep 0.2; done
 fi
 mkdir -p "$work"/b{1,2,3} "$work"/g{1,2,3} "$work"/h{1,2}
 gluster --mode=script volume create "$vol" "$host:$work/b1" "$host:$work/b2" "$host:$work/b3" force
