@@ -142,6 +142,12 @@ enum BenchCmd {
     ///
     /// Example: hipfs bench userspace /tmp/hipfs-1g.bin --create 1G
     Userspace(remote_cmds::BenchRemoteArgs),
+    /// One file read through multi-server mounts of the first 1, 2, ... N
+    /// of the given servers (FUSE and UserspaceFs), with the ratio to one
+    /// server; `scripts/bench-multi.sh` runs it over rate-limited links.
+    ///
+    /// Example: hipfs bench spread data/1g.bin --servers s1:7471,s2:7471,s3:7471 -o token_file=/etc/hipfs/token
+    Spread(bench::spread::SpreadBenchArgs),
     /// `ls -lR` (cold and repeated), `find`, `cat` of many small files,
     /// `cp -r` out and in, `tar -x` in: on a local directory and through a
     /// hipfs mount of it (in-process server on loopback) in one run, with
@@ -250,6 +256,7 @@ fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
         }
         BenchCmd::Userspace(a) => remote_cmds::run_bench_userspace(&a),
         BenchCmd::Mount(a) => remote_cmds::run_bench_mount(&a),
+        BenchCmd::Spread(a) => bench::spread::run(&a),
         BenchCmd::Meta {
             dir,
             tree_files,

@@ -112,16 +112,24 @@ pub struct ServeArgs {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// The export's identity, said to clients in the handshake. Servers
+    /// exporting the same namespace (a directory of a shared filesystem)
+    /// for one multi-server mount must say the same id; the mount refuses
+    /// servers that differ. Default: an id kept in the export root (an
+    /// extended attribute the first server creates), so servers of one
+    /// shared directory agree without being told.
+    #[arg(long, value_name = "ID")]
+    pub export_id: Option<String>,
 }
 
 /// `hipfs mount SERVER[:PORT][:/] MOUNTPOINT -o ...` or `hipfs mount --local DIR MOUNTPOINT`.
 #[derive(Args, Debug, Clone)]
 #[command(
     about = "Mount a hipfs export (or serve and mount a local directory with --local)",
-    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given.\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
+    long_about = "Mount the export of a hipfs server on MOUNTPOINT. Goes to the background once the mount is up unless --foreground is given. Several servers of one shared filesystem, comma-separated, make one mount whose reads are spread over all of them (docs/MULTI_SERVER.md).\n\nExamples:\n  hipfs mount storage1:7471 /mnt/data -o ro,token_file=/etc/hipfs/token\n  hipfs mount storage1:7471,storage2:7471,storage3:7471:/ /mnt/data -o token_file=/etc/hipfs/token\n  hipfs mount --local /srv/datasets /mnt/data"
 )]
 pub struct MountArgs {
-    /// SERVER[:PORT] (a trailing ":/" as mount(8) passes it is accepted), or with --local the directory to serve.
+    /// SERVER[:PORT] or several, comma-separated (S1:PORT,S2:PORT: one mount over servers of one shared filesystem); a trailing ":/" as mount(8) passes it is accepted. With --local: the directory to serve.
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
@@ -208,6 +216,7 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
         cfg.token = Some(hipfs::remote::auth::Token::from_file(t)?);
     }
     cfg.local_socket = args.local_socket.clone();
+    cfg.export_id = args.export_id.clone();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         cfg.tls = Some(hipfs_rdma::TlsConfig::server(cert, key));
     }
@@ -225,9 +234,10 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     let mut signals = term_signals()?;
     let server = Server::start(cfg)?;
     eprintln!(
-        "hipfs: serving {} on {}{} (SIGTERM or Ctrl-C stops)",
+        "hipfs: serving {} on {} as export id {}{} (SIGTERM or Ctrl-C stops)",
         args.dir.display(),
         server.local_addr(),
+        server.export_id(),
         if args.read_only { ", read-only" } else { "" }
     );
     // The machine-readable line (tests and scripts read the bound port from

@@ -10,6 +10,7 @@ use hipfs_rdma::TransportKind;
 
 use super::auth::Token;
 use super::client::backend::RemoteFs;
+use super::client::cluster::Cluster;
 use super::client::{ClientConfig, RemoteClient};
 use super::server::{ServeConfig, Server};
 use super::RemoteError;
@@ -323,14 +324,44 @@ impl LocalMount {
 
 /// Connects to `server` and mounts its export on `mountpoint`, served by
 /// background threads of this process.
+///
+/// `server` may name several servers of one export, comma-separated
+/// (`s1:7471,s2:7471,s3:7471`): a multi-server mount (see
+/// [`super::client::cluster`]), which refuses to start when the servers
+/// that answer say different export ids.
 pub fn mount_remote(
     server: &str,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<LocalMount, RemoteError> {
-    let client = RemoteClient::connect(opts.client_config(server)?)?;
-    let fs_name = format!("{}:{}", client.server(), client.export_name());
-    let handle = mount_client(&client, mountpoint, opts, &fs_name, client.read_only())?;
+    let servers = split_servers(server)?;
+    let (client, cluster) = if servers.len() == 1 {
+        (RemoteClient::connect(opts.client_config(server)?)?, None)
+    } else {
+        if opts.local_socket.is_some() {
+            return Err(RemoteError::Config(
+                "-o local_socket=PATH names one server's socket; a multi-server mount gets each loopback server's ticket from its default socket, or uses -o token_file=FILE".into(),
+            ));
+        }
+        let cfgs = servers
+            .iter()
+            .map(|s| opts.client_config(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cluster = Cluster::connect(&cfgs)?;
+        let mut main = cfgs[0].clone();
+        main.failover = servers[1..].to_vec();
+        main.export_id = Some(cluster.export_id().to_string());
+        (RemoteClient::connect(main)?, Some(cluster))
+    };
+    let fs_name = format!("{}:{}", servers.join(","), client.export_name());
+    let handle = mount_client(
+        &client,
+        cluster,
+        mountpoint,
+        opts,
+        &fs_name,
+        client.read_only(),
+    )?;
     Ok(LocalMount {
         handle: Some(handle),
         client,
@@ -359,7 +390,7 @@ pub fn mount_local(
     ccfg.transport = TransportKind::Tcp;
     let client = RemoteClient::connect(ccfg)?;
     let fs_name = format!("local:{}", dir.display());
-    let handle = mount_client(&client, mountpoint, opts, &fs_name, false)?;
+    let handle = mount_client(&client, None, mountpoint, opts, &fs_name, false)?;
     Ok(LocalMount {
         handle: Some(handle),
         client,
@@ -371,12 +402,16 @@ pub fn mount_local(
 /// `nowatch` (or the server cannot send them), caching accordingly.
 fn mount_client(
     client: &Arc<RemoteClient>,
+    cluster: Option<Arc<Cluster>>,
     mountpoint: &Path,
     opts: &MountOptions,
     fs_name: &str,
     server_ro: bool,
 ) -> Result<MountHandle, RemoteError> {
-    let fs = RemoteFs::new(client.clone()).without_xattrs(opts.no_xattr);
+    let mut fs = RemoteFs::new(client.clone()).without_xattrs(opts.no_xattr);
+    if let Some(c) = cluster {
+        fs = fs.with_cluster(c);
+    }
     let feed = if opts.no_watch { None } else { fs.subscribe() };
     let cfg = opts.mount_config(mountpoint, fs_name, server_ro, feed.is_some());
     // With notices, "no such xattr" holds until a notice names the inode
@@ -394,6 +429,30 @@ fn mount_client(
     Ok(handle)
 }
 
+/// The servers of a mount source: one, or several comma-separated
+/// (duplicates refused: each server is one connection and one share).
+pub fn split_servers(source: &str) -> Result<Vec<String>, RemoteError> {
+    let servers: Vec<String> = source
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(super::client::with_default_port)
+        .collect();
+    if servers.is_empty() {
+        return Err(RemoteError::Config(format!(
+            "mount source {source:?} names no server (SERVER[:PORT], or several: s1:7471,s2:7471)"
+        )));
+    }
+    for (i, s) in servers.iter().enumerate() {
+        if servers[..i].contains(s) {
+            return Err(RemoteError::Config(format!(
+                "mount source names server {s} twice"
+            )));
+        }
+    }
+    Ok(servers)
+}
+
 fn hex_token(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -401,6 +460,17 @@ fn hex_token(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_with_commas_names_several_servers_each_with_its_port() {
+        assert_eq!(split_servers("a").unwrap(), ["a:7471"]);
+        assert_eq!(
+            split_servers("a:1,b,[::1]:3").unwrap(),
+            ["a:1", "b:7471", "[::1]:3"]
+        );
+        assert!(split_servers(",").is_err());
+        assert!(split_servers("a:1,a:1").is_err());
+    }
 
     #[test]
     fn mounts_are_hard_unless_soft_is_asked_for_and_the_last_of_the_two_wins() {

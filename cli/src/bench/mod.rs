@@ -6,6 +6,7 @@ pub mod gpu;
 pub mod meta;
 pub mod read;
 pub mod remote;
+pub mod spread;
 pub mod tls;
 pub mod transport;
 

@@ -11,6 +11,7 @@ mod common;
 mod serve;
 
 mod cufile_mount;
+mod remote_campaign;
 mod remote_coherence;
 mod remote_conformance;
 mod remote_data;
@@ -18,6 +19,7 @@ mod remote_fast;
 mod remote_faults;
 mod remote_honest;
 mod remote_limits;
+mod remote_multi;
 mod remote_opaque_fd;
 mod remote_posix;
 mod remote_scripts;

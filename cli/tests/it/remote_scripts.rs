@@ -244,6 +244,40 @@ fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
 
 #[test]
 #[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn mount_t_fuse_hipfs_takes_a_multi_server_source_and_spreads_reads() {
+    require_fuse!();
+    assert!(
+        install_helper(),
+        "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
+    );
+    let export = tempfile::tempdir().unwrap();
+    let mnt = tempfile::tempdir().unwrap();
+    let data = crate::common::pattern(3, 8 << 20);
+    fs::write(export.path().join("data"), &data).unwrap();
+    let servers: Vec<Server> = (0..3).map(|_| start_server(export.path())).collect();
+    let list: Vec<&str> = servers.iter().map(Server::local_addr).collect();
+    let source = format!("{}:/", list.join(","));
+    ok(Command::new("mount")
+        .env("HIPFS_BIN", hipfs_bin())
+        .args(["-t", "fuse.hipfs", &source])
+        .arg(mnt.path())
+        .args(["-o", "ro,transport=tcp,direct_io"]));
+    assert!(mounted(mnt.path()));
+    assert!(fs::read(mnt.path().join("data")).unwrap() == data);
+    let stats = hipfs_cli::remote_cmds::mount_stats(mnt.path()).unwrap();
+    assert!(stats.contains("spread reads over 3 servers"), "{stats}");
+    ok(Command::new("umount").arg(mnt.path()));
+    wait_unmounted(mnt.path());
+    for s in servers {
+        s.shutdown(Duration::from_secs(1));
+    }
+}
+
+#[test]
+#[cfg_attr(
     not(hipfs_systemd_analyze),
     ignore = "needs systemd-analyze (package systemd), absent when this test was built"
 )]

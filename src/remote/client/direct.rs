@@ -11,6 +11,8 @@
 //! extra copy on this side. Large requests are split into 1 MiB pieces kept
 //! in flight together.
 
+mod multi;
+
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -52,6 +54,11 @@ pub struct FileIdentity {
     pub tls_ca: Option<PathBuf>,
     /// The server name the mount checks the certificate for, if not the host.
     pub tls_name: Option<String>,
+    /// A read-only open on a multi-server mount: every server that
+    /// granted a capability for its own handle of the file, so that the
+    /// direct path spreads its reads over them (`member=SERVER,HEX` lines;
+    /// older readers ignore them and use `server` alone).
+    pub members: Vec<(String, [u8; 32])>,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -97,6 +104,9 @@ impl FileIdentity {
         if let Some(n) = &self.tls_name {
             s.push_str(&format!("tls_name={}\n", hex(n.as_bytes())));
         }
+        for (server, cap) in &self.members {
+            s.push_str(&format!("member={server},{}\n", hex(cap)));
+        }
         s.into_bytes()
     }
 
@@ -118,6 +128,7 @@ impl FileIdentity {
             transport: TransportKind::Auto,
             tls_ca: None,
             tls_name: None,
+            members: Vec::new(),
         };
         for l in lines {
             let (k, v) = l.split_once('=')?;
@@ -136,6 +147,11 @@ impl FileIdentity {
                     id.tls_ca = Some(PathBuf::from(std::ffi::OsString::from_vec(unhex(v)?)));
                 }
                 "tls_name" => id.tls_name = Some(String::from_utf8(unhex(v)?).ok()?),
+                "member" => {
+                    let (server, cap) = v.split_once(',')?;
+                    id.members
+                        .push((server.to_string(), unhex(cap)?.try_into().ok()?));
+                }
                 _ => {}
             }
         }
@@ -397,7 +413,7 @@ impl Drop for RemoteFile {
 /// the offset in it. A buffer registered with `RDMA_REGISTER` uses its own
 /// registration on `link` (made on first use if the buffer was registered
 /// before this link existed); other memory is registered for this request.
-fn destination(
+pub(crate) fn destination(
     link: &Arc<Link>,
     dst: &mut [u8],
 ) -> std::result::Result<(Arc<hipfs_rdma::LocalRegion>, u64), i32> {
@@ -679,6 +695,10 @@ fn bind(fd: RawFd, purpose: IdentifyPurpose) -> Result<Arc<dyn UserspaceFs>> {
     let mount_fd = Arc::new(hipfs_sys::fs::dup_cloexec(fd).map_err(|e| {
         Error::system(e.raw_os_error().unwrap_or(libc::EIO), "dup of the mount fd")
     })?);
+    if !id.members.is_empty() {
+        // A read-only open on a multi-server mount: spread over them all.
+        return multi::bind(cfg, id, flags, mount_fd, purpose);
+    }
     let renew_fd = mount_fd.clone();
     let renew = move || -> Option<[u8; 32]> {
         use std::os::fd::AsRawFd;
@@ -712,6 +732,10 @@ mod tests {
             transport: TransportKind::Tcp,
             tls_ca: Some("/etc/hipfs/ca.pem".into()),
             tls_name: Some("storage1".into()),
+            members: vec![
+                ("10.0.0.2:7471".into(), [7; 32]),
+                ("[::1]:7471".into(), [8; 32]),
+            ],
         };
         assert_eq!(FileIdentity::decode(&id.encode()), Some(id.clone()));
         let evil = FileIdentity {

@@ -15,8 +15,8 @@ use super::super::auth::{
     CLIENT_PROOF, SERVER_PROOF,
 };
 use super::super::proto::{
-    Challenge, ChangedName, CredKind, Hello, Kind, Payload, Proof, Refused, Reply, Welcome,
-    FLAG_NO_MAC, MAX_IO, NOTICE_ID,
+    export_id_transcript, Challenge, ChangedName, CredKind, Hello, Kind, Payload, Proof, Refused,
+    Reply, Welcome, EXPORT_ID_VERSION, FLAG_NO_MAC, MAX_IO, NOTICE_ID,
 };
 use super::super::seal::{Opener, Sealer};
 use super::super::server::{fetch_ticket, transport_config};
@@ -133,7 +133,7 @@ fn handshake(
     cfg: &ClientConfig,
     epoch: u64,
 ) -> Result<(Welcome, Sealer, Opener), RemoteError> {
-    let t = Duration::from_secs(10);
+    let t = cfg.connect_timeout;
     let client_nonce = random_nonce()?;
     conn.send(&Hello::new(client_nonce).encode())?;
     let msg = conn.recv(t)?;
@@ -163,7 +163,17 @@ fn handshake(
         e => e.into(),
     })?;
     let w = Welcome::decode(&msg).map_err(|e| refused_or(&msg, e.into()))?;
-    if !secret.verify(SERVER_PROOF, &tr, &w.mac) {
+    // From version 3 on the proof covers the export id as well.
+    let covered = match (&w.export_id, ch.version >= EXPORT_ID_VERSION) {
+        (Some(id), true) => export_id_transcript(&tr, id),
+        (None, false) => tr.clone(),
+        _ => {
+            return Err(RemoteError::Auth(
+                "the server's welcome does not match the protocol version it chose".into(),
+            ))
+        }
+    };
+    if !secret.verify(SERVER_PROOF, &covered, &w.mac) {
         return Err(RemoteError::Auth(
             "the server could not prove it holds the credential; refusing to talk to it".into(),
         ));

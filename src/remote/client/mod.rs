@@ -23,9 +23,11 @@
 //! files are reopened by path on the new connection (see [`backend`]).
 
 pub mod backend;
+pub mod cluster;
 mod device_reg;
 pub mod direct;
 mod link;
+pub(crate) mod spread;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -75,6 +77,20 @@ pub struct ClientConfig {
     /// TLS on the TCP transport (`-o tls,ca=FILE`): the CA that signed the
     /// server's certificate and, optionally, the name to check.
     pub tls: Option<hipfs_rdma::TlsConfig>,
+    /// More servers of the same export (a multi-server mount): when the
+    /// current one cannot be reached, or leaves a request unanswered for
+    /// [`ClientConfig::failover_after`], the client moves to the next one
+    /// and reopens its files there by path (see [`cluster`]).
+    pub failover: Vec<String>,
+    /// The export id every server must say in its handshake; a server
+    /// saying another one is refused (it exports another namespace).
+    pub export_id: Option<String>,
+    /// How long connecting may wait for the server's handshake.
+    pub connect_timeout: Duration,
+    /// A call whose connection cannot be made fails at once (`ENOTCONN`)
+    /// instead of trying again until its deadline: for the servers of a
+    /// multi-server mount, where another server takes the request.
+    pub connect_once: bool,
 }
 
 /// A capability for one open file, and how to get a new one when the
@@ -147,7 +163,26 @@ impl ClientConfig {
             unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             hard: false,
             tls: None,
+            failover: Vec::new(),
+            export_id: None,
+            connect_timeout: Duration::from_secs(10),
+            connect_once: false,
         }
+    }
+
+    /// How long a request may go unanswered before a client with
+    /// [`ClientConfig::failover`] servers gives up on the current one: a
+    /// third of the timeout, 1 to 10 s, so that a hung server is left
+    /// well within the operation's deadline.
+    pub fn failover_after(&self) -> Duration {
+        (self.timeout / 3).clamp(Duration::from_secs(1), Duration::from_secs(10))
+    }
+
+    /// Every server of this client: the first, then the failover ones.
+    pub fn servers(&self) -> Vec<String> {
+        std::iter::once(self.server.clone())
+            .chain(self.failover.iter().cloned())
+            .collect()
     }
 }
 
@@ -199,6 +234,8 @@ pub struct RemoteClient {
     /// Where change notices go once [`RemoteClient::watch`] succeeded;
     /// every new link subscribes again.
     notices: Mutex<Option<std::sync::mpsc::Sender<link::Notice>>>,
+    /// Which of [`ClientConfig::servers`] the client uses (failover moves it).
+    active: std::sync::atomic::AtomicUsize,
 }
 
 /// A FUSE request that arrives this soon after a request of the same
@@ -207,6 +244,10 @@ pub struct RemoteClient {
 /// lookups of a path one after the other, within microseconds) and shares
 /// its deadline, so `timeout=S` bounds the system call, not each request.
 pub const SHARED_DEADLINE_GAP: Duration = Duration::from_millis(50);
+
+/// `wait_for_reply`'s answer when the failover cut, not the deadline,
+/// ended the wait (not an errno any caller sees).
+const FAIL_OVER: i32 = -1;
 
 /// How the calls made on this thread for one operation are bounded.
 #[derive(Clone, Copy, Debug)]
@@ -268,7 +309,7 @@ impl std::fmt::Debug for RemoteClient {
 }
 
 /// This process's identity, for requests made for the mount itself.
-fn own_cred() -> WireCred {
+pub(crate) fn own_cred() -> WireCred {
     WireCred {
         uid: hipfs_sys::process::euid(),
         gid: hipfs_sys::process::egid(),
@@ -279,7 +320,15 @@ fn own_cred() -> WireCred {
 impl RemoteClient {
     /// Connects now, so a bad address or token is reported at once.
     pub fn connect(cfg: ClientConfig) -> Result<Arc<RemoteClient>, RemoteError> {
-        let c = Arc::new(RemoteClient {
+        let c = RemoteClient::unconnected(cfg);
+        c.link()?;
+        Ok(c)
+    }
+
+    /// A client that connects on first use (a multi-server mount's server
+    /// that is down when the mount starts joins when it answers).
+    pub(crate) fn unconnected(cfg: ClientConfig) -> Arc<RemoteClient> {
+        Arc::new(RemoteClient {
             cfg,
             link: Mutex::new(None),
             connecting: Mutex::new(()),
@@ -288,9 +337,41 @@ impl RemoteClient {
             counters: ClientCounters::default(),
             timed_out: Mutex::new(HashMap::new()),
             notices: Mutex::new(None),
-        });
-        c.link()?;
-        Ok(c)
+            active: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The server the client uses now (after a failover, not the first).
+    pub fn active_server(&self) -> String {
+        let servers = self.cfg.servers();
+        let i = self.active.load(Ordering::Relaxed) % servers.len();
+        servers[i].clone()
+    }
+
+    /// Drops the live connection (the next call makes a new one): after a
+    /// request was abandoned, no late reply or placement may arrive.
+    pub(crate) fn drop_link(&self) {
+        if let Some(l) = self.current() {
+            l.kill();
+        }
+    }
+
+    /// Connects to the server at `addr` (one of this client's servers),
+    /// refusing one that says another export id than the configured one.
+    fn open_link_to(&self, addr: &str, epoch: u64) -> Result<Arc<Link>, RemoteError> {
+        let mut cfg = self.cfg.clone();
+        cfg.server = addr.to_string();
+        let l = Link::open(&cfg, epoch)?;
+        if let Some(want) = &self.cfg.export_id {
+            if l.welcome.export_id.as_deref() != Some(want.as_str()) {
+                l.kill();
+                return Err(RemoteError::Refused(format!(
+                    "server {addr} exports id {}, not the mount's {want}: it does not serve the same namespace (hipfs serve --export-id)",
+                    l.welcome.export_id.as_deref().unwrap_or("(none: an older server)")
+                )));
+            }
+        }
+        Ok(l)
     }
 
     /// The server address.
@@ -315,6 +396,12 @@ impl RemoteClient {
             .unwrap_or_default()
     }
 
+    /// The export id the server said (protocol 3; `None` from an older
+    /// server, or while disconnected).
+    pub fn export_id(&self) -> Option<String> {
+        self.current().and_then(|l| l.welcome.export_id.clone())
+    }
+
     fn current(&self) -> Option<Arc<Link>> {
         self.link
             .lock()
@@ -333,9 +420,49 @@ impl RemoteClient {
             return Ok(l);
         }
         let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        let l = Link::open(&self.cfg, epoch)?;
+        // Each server in turn, from the one in use (failover).
+        let servers = self.cfg.servers();
+        let first = self.active.load(Ordering::Relaxed);
+        let mut tried = Err(RemoteError::Config("no server".into()));
+        // A server that refused (another export id, a wrong token) is not
+        // the answer while another one may only be down for a while: the
+        // caller retries unreachable servers, not refusals.
+        let mut unreachable = false;
+        for k in 0..servers.len() {
+            let i = (first + k) % servers.len();
+            tried = self.open_link_to(&servers[i], epoch);
+            match tried {
+                Ok(_) => {
+                    if i != first % servers.len() {
+                        log::warn!(
+                            "failed over from {} to {}",
+                            servers[first % servers.len()],
+                            servers[i]
+                        );
+                    }
+                    self.active.store(i, Ordering::Relaxed);
+                    break;
+                }
+                Err(ref e) if servers.len() > 1 => {
+                    log::debug!("{}: {e}", servers[i]);
+                    if !matches!(e, RemoteError::Auth(_) | RemoteError::Refused(_)) {
+                        unreachable = true;
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        if tried.is_err() && unreachable {
+            if let Err(RemoteError::Auth(_) | RemoteError::Refused(_)) = tried {
+                tried = Err(RemoteError::Io(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "no server of the mount could be reached",
+                )));
+            }
+        }
+        let l = tried?;
         if epoch > 1 {
-            log::info!("reconnected to {}", self.cfg.server);
+            log::info!("reconnected to {}", self.active_server());
             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
         }
         *self.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(l.clone());
@@ -505,6 +632,10 @@ impl RemoteClient {
                         log::warn!("{}: {e}", self.cfg.server);
                         return Err(libc::EACCES);
                     }
+                    if self.cfg.connect_once {
+                        log::debug!("{}: {e}", self.cfg.server);
+                        return Err(if reached { libc::EIO } else { libc::ENOTCONN });
+                    }
                     if hard {
                         self.still_trying(&mut warned, &e);
                     } else if Instant::now() + backoff >= deadline {
@@ -552,12 +683,17 @@ impl RemoteClient {
                 }
             };
             let waited = loop {
-                let until = if waits {
+                let full = if waits {
                     Instant::now() + self.cfg.timeout
                 } else {
                     deadline
                 };
-                match wait_for_reply(&rx, until) {
+                // With other servers to go to, a hung one is left early.
+                let cut = (!self.cfg.failover.is_empty())
+                    .then(|| Instant::now() + self.cfg.failover_after())
+                    .filter(|c| *c < full);
+                match wait_for_reply(&rx, cut.unwrap_or(full)) {
+                    Err(Some(libc::ETIMEDOUT)) if cut.is_some() => break Err(Some(FAIL_OVER)),
                     // The connection is alive, the server is slow or
                     // stopped; its answer will come on this channel.
                     Err(Some(libc::ETIMEDOUT)) if waits => {
@@ -575,6 +711,22 @@ impl RemoteClient {
                         on_link(&link, p);
                     }
                     return reply.result;
+                }
+                Err(Some(FAIL_OVER)) => {
+                    link.forget(id);
+                    log::warn!(
+                        "server {} did not answer within {:?}; failing over to the next server",
+                        self.active_server(),
+                        self.cfg.failover_after()
+                    );
+                    link.kill();
+                    self.active.fetch_add(1, Ordering::Relaxed);
+                    reached = true;
+                    // Whether the server did it is unknown: only what is
+                    // safe to do twice goes to the next one.
+                    if !resend_ok {
+                        return Err(libc::EIO);
+                    }
                 }
                 Err(Some(errno)) => {
                     link.forget(id);
@@ -616,7 +768,7 @@ impl RemoteClient {
         let c = &self.counters;
         format!(
             "server {}: {} requests, {} failed, {} reconnects",
-            self.cfg.server,
+            self.active_server(),
             c.calls.load(Ordering::Relaxed),
             c.failed.load(Ordering::Relaxed),
             c.reconnects.load(Ordering::Relaxed)
@@ -861,6 +1013,39 @@ mod tests {
         let c = shared_client(auto).unwrap();
         assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&b, &c));
         assert_eq!(c.transport(), TransportKind::Auto);
+    }
+
+    #[test]
+    fn a_server_of_another_export_is_refused_but_does_not_hide_one_that_is_down() {
+        let (_export, server) = tcp_server();
+        let mut only = tcp_config(server.local_addr());
+        only.export_id = Some("not-this-one".into());
+        let e = RemoteClient::connect(only).unwrap_err();
+        assert!(matches!(e, RemoteError::Refused(_)), "{e}");
+        assert!(
+            e.to_string().contains("not the mount's not-this-one"),
+            "{e}"
+        );
+        // First a server that is down, then the refusing one: the answer is
+        // "unreachable" (retried), not the refusal (final).
+        let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let down_addr = down.local_addr().unwrap().to_string();
+        drop(down);
+        let mut both = tcp_config(&down_addr);
+        both.failover = vec![server.local_addr().to_string()];
+        both.export_id = Some("not-this-one".into());
+        let e = RemoteClient::connect(both).unwrap_err();
+        assert!(
+            !matches!(e, RemoteError::Refused(_) | RemoteError::Auth(_)),
+            "{e}"
+        );
+        // With the right id the second server is taken.
+        let mut right = tcp_config(&down_addr);
+        right.failover = vec![server.local_addr().to_string()];
+        right.export_id = Some(server.export_id().to_string());
+        let c = RemoteClient::connect(right).unwrap();
+        assert_eq!(c.active_server(), server.local_addr());
+        assert_eq!(c.export_id().as_deref(), Some(server.export_id()));
     }
 
     #[test]

@@ -180,8 +180,27 @@ pub struct Welcome {
     pub export: String,
     /// Whether the export refuses writes.
     pub read_only: bool,
-    /// The server's HMAC of both nonces (mutual proof).
+    /// The server's HMAC of both nonces (mutual proof); from version 3 on
+    /// over the export id too ([`export_id_transcript`]).
     pub mac: [u8; NONCE_LEN],
+    /// Version 3: the export's identity (`hipfs serve --export-id`, or the
+    /// id the server keeps for the export). Servers exporting the same
+    /// namespace say the same id; a multi-server mount refuses servers
+    /// that disagree. `None` from version 2 servers (the field is absent).
+    pub export_id: Option<String>,
+}
+
+/// Longest export id (`hipfs serve --export-id`).
+pub const MAX_EXPORT_ID: usize = 256;
+
+/// What the server's proof covers from version 3 on: the handshake
+/// transcript and the export id, so that an export id altered on the path
+/// fails the proof like a forged welcome.
+pub fn export_id_transcript(transcript: &[u8], export_id: &str) -> Vec<u8> {
+    let mut t = transcript.to_vec();
+    t.extend_from_slice(b"hipfs export id:");
+    t.extend_from_slice(export_id.as_bytes());
+    t
 }
 
 impl Welcome {
@@ -192,17 +211,30 @@ impl Welcome {
             .bytes(self.export.as_bytes())
             .bool(self.read_only)
             .bytes(&self.mac);
+        if let Some(id) = &self.export_id {
+            w.bytes(id.as_bytes());
+        }
         w.finish()
     }
-    /// Parses a welcome.
+    /// Parses a welcome (of version 2, without an export id, or of 3).
     pub fn decode(msg: &[u8]) -> Result<Welcome, ProtoError> {
         let mut r = Reader::new(msg);
         expect_kind(&mut r, Kind::Welcome)?;
         let export = String::from_utf8_lossy(r.bytes("export name", 4096)?).into_owned();
+        let read_only = r.bool("read-only flag")?;
+        let mac = nonce(&mut r, "server proof")?;
+        // Version 2 ends here; version 3 adds the export id.
+        let export_id = if r.remaining() > 0 {
+            let b = r.bytes("export id", MAX_EXPORT_ID)?;
+            Some(String::from_utf8(b.to_vec()).map_err(|_| ProtoError::BadValue("export id", 0))?)
+        } else {
+            None
+        };
         let w = Welcome {
             export,
-            read_only: r.bool("read-only flag")?,
-            mac: nonce(&mut r, "server proof")?,
+            read_only,
+            mac,
+            export_id,
         };
         r.end()?;
         Ok(w)

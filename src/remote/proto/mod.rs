@@ -1,4 +1,4 @@
-//! The hipfs wire protocol, version 2.
+//! The hipfs wire protocol, version 3 (speaks 2 too).
 //!
 //! Every message is one transport control message (`Connection::send` /
 //! `recv`, which frame it); inside, the first byte says what it is:
@@ -8,7 +8,7 @@
 //! | `Hello` | client → server | magic `HIPFS`, supported versions, client nonce |
 //! | `Challenge` | server → client | chosen version, server nonce, whether a token is needed |
 //! | `Proof` | client → server | credential kind and id, HMAC-SHA256 over the transcript with its secret |
-//! | `Welcome` | server → client | export name, read-only flag, the server's own proof |
+//! | `Welcome` | server → client | export name, read-only flag, the server's own proof, (v3) export id |
 //! | `Refused` | server → client | why (version, authentication), then the server closes |
 //! | `Request` | client → server | request id, caller's credentials, one operation |
 //! | `Reply` | server → client | request id, errno or the operation's result |
@@ -31,7 +31,10 @@ mod reply;
 mod types;
 
 pub use codec::{Reader, Writer};
-pub use handshake::{Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC, NONCE_LEN};
+pub use handshake::{
+    export_id_transcript, Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC,
+    MAX_EXPORT_ID, NONCE_LEN,
+};
 pub use ops::{Op, Request};
 pub use reply::{ChangedName, Payload, Reply, MAX_CHANGED};
 
@@ -41,8 +44,13 @@ pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, Wir
 
 /// The protocol version this build speaks. 2: credential kinds in `Proof`
 /// (token, local ticket, file capability), every message after `Welcome`
-/// authenticated (see `super::seal`), `GrantFile`.
-pub const PROTO_VERSION: u16 = 2;
+/// authenticated (see `super::seal`), `GrantFile`. 3: `Welcome` ends with
+/// the export id, which the server's proof covers (multi-server mounts
+/// check their servers export the same namespace). A version 2 peer gets
+/// (and sends) the version 2 welcome.
+pub const PROTO_VERSION: u16 = 3;
+/// The first version whose `Welcome` carries the export id.
+pub const EXPORT_ID_VERSION: u16 = 3;
 /// The oldest version this build still speaks: version 1 had no message
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;

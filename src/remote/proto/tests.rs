@@ -287,8 +287,10 @@ proptest! {
         prop_assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         let c = Challenge { version: v, nonce, auth_required: ro };
         prop_assert_eq!(Challenge::decode(&c.encode()).unwrap(), c);
-        let w = Welcome { export: s.clone(), read_only: ro, mac: nonce };
-        prop_assert_eq!(Welcome::decode(&w.encode()).unwrap(), w);
+        let w = Welcome { export: s.clone(), read_only: ro, mac: nonce, export_id: None };
+        prop_assert_eq!(Welcome::decode(&w.encode()).unwrap(), w.clone());
+        let w3 = Welcome { export_id: Some(s.clone()), ..w };
+        prop_assert_eq!(Welcome::decode(&w3.encode()).unwrap(), w3);
         let r = Refused { reason: s };
         prop_assert_eq!(Refused::decode(&r.encode()).unwrap(), r);
     }
@@ -369,14 +371,22 @@ fn version_negotiation_picks_the_highest_common_and_explains_a_mismatch() {
         nonce: [0; 32],
     };
     assert_eq!(h.negotiate(), Ok(PROTO_VERSION));
+    // A version 2 client (no export id in the welcome) is still served.
+    let v2 = Hello {
+        min_version: 2,
+        max_version: 2,
+        nonce: [0; 32],
+    };
+    assert_eq!(v2.negotiate(), Ok(2));
     let h = Hello {
-        min_version: 3,
-        max_version: 4,
+        min_version: PROTO_VERSION + 1,
+        max_version: PROTO_VERSION + 2,
         nonce: [0; 32],
     };
     let why = h.negotiate().unwrap_err();
+    let range = format!("{}..={}", PROTO_VERSION + 1, PROTO_VERSION + 2);
     assert!(
-        why.contains("3..=4") && why.contains("same hipfs release"),
+        why.contains(&range) && why.contains("same hipfs release"),
         "{why}"
     );
     // A version-1 client (no message authentication) is refused.

@@ -7,6 +7,7 @@
 
 mod creds;
 mod export;
+pub mod export_id;
 mod limits;
 mod poster;
 mod resolve;
@@ -33,8 +34,8 @@ use super::auth::{
     SERVER_PROOF,
 };
 use super::proto::{
-    Challenge, CredKind, Hello, Kind, Proof, Refused, Reply, Request, Welcome, FLAG_NO_MAC,
-    MAX_MESSAGE,
+    export_id_transcript, Challenge, CredKind, Hello, Kind, Proof, Refused, Reply, Request,
+    Welcome, EXPORT_ID_VERSION, FLAG_NO_MAC, MAX_MESSAGE,
 };
 use super::seal::{Opener, Sealer};
 use super::RemoteError;
@@ -95,6 +96,10 @@ pub struct ServeConfig {
     /// is root here only when the policy does not squash it. Off with
     /// `--no-devices` (then `EPERM`, as on a `nodev` export).
     pub allow_devices: bool,
+    /// The export's identity, said to clients in the handshake
+    /// (`--export-id`); `None`: the id kept in the export root (see
+    /// [`export_id`]). Servers of one namespace must agree.
+    pub export_id: Option<String>,
 }
 
 impl ServeConfig {
@@ -116,6 +121,7 @@ impl ServeConfig {
             allow_unauthenticated_messages: super::seal::unauthenticated_messages_requested(),
             tls: None,
             allow_devices: true,
+            export_id: None,
         }
     }
 }
@@ -141,6 +147,8 @@ fn server_transport_config(kind: TransportKind, ack_timeout: Duration) -> Transp
 
 pub(crate) struct ServerShared {
     pub(crate) export: Export,
+    /// Said in the welcome of version 3 connections.
+    export_id: String,
     pub(crate) read_only: bool,
     pub(crate) allow_devices: bool,
     pub(crate) policy: IdentityPolicy,
@@ -219,6 +227,7 @@ impl Server {
             )));
         }
         let export = Export::open(&cfg.dir)?;
+        let export_id = export_id::resolve(&export.path, cfg.export_id.as_deref(), cfg.read_only)?;
         raise_fd_limit();
         let listener: Arc<dyn Listener> = Arc::from(hipfs_rdma::listen(
             &cfg.listen,
@@ -244,6 +253,7 @@ impl Server {
         };
         let shared = Arc::new(ServerShared {
             export,
+            export_id,
             read_only: cfg.read_only,
             allow_devices: cfg.allow_devices,
             policy: cfg.policy.clone(),
@@ -305,6 +315,11 @@ impl Server {
     /// The address clients connect to.
     pub fn local_addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The export id this server says in its handshake.
+    pub fn export_id(&self) -> &str {
+        &self.shared.export_id
     }
 
     /// The Unix socket local clients get tickets from, if it listens.
@@ -488,11 +503,22 @@ fn handshake(
                 .into(),
         );
     }
+    // Version 3 clients get the export id, under the server's proof.
+    let (export_id, mac) = if version >= EXPORT_ID_VERSION {
+        let covered = export_id_transcript(&tr, &shared.export_id);
+        (
+            Some(shared.export_id.clone()),
+            secret.proof(SERVER_PROOF, &covered),
+        )
+    } else {
+        (None, secret.proof(SERVER_PROOF, &tr))
+    };
     conn.send(
         &Welcome {
             export: shared.export.path.display().to_string(),
             read_only: shared.read_only,
-            mac: secret.proof(SERVER_PROOF, &tr),
+            mac,
+            export_id,
         }
         .encode(),
     )?;

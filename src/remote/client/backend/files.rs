@@ -22,6 +22,8 @@ pub(super) struct OpenFile {
     pub(super) server: Mutex<(u64, u64)>,
     /// Who opened it: the identity a direct-path capability for it acts as.
     pub(super) cred: WireCred,
+    /// The connection epoch its last write went out on (0: none yet).
+    pub(super) written_on: AtomicU64,
 }
 
 /// A read or write of a handle that the same process read or wrote
@@ -175,6 +177,7 @@ impl RemoteFs {
                     flags,
                     server: Mutex::new((epoch, sfh)),
                     cred,
+                    written_on: AtomicU64::new(0),
                 }),
             );
         fh
@@ -223,8 +226,15 @@ impl RemoteFs {
                 return None;
             }
         };
+        // A read-only open of a multi-server mount: the direct path
+        // spreads its reads too, with a capability from every server.
+        let members = match &self.cluster {
+            Some(c) if !write => c.grants(fh, &path, ino, &f.cred),
+            _ => Vec::new(),
+        };
         let id = super::super::direct::FileIdentity {
-            server: self.client.server().to_string(),
+            members,
+            server: self.client.active_server(),
             export: self.client.export_name(),
             path,
             ino,
@@ -254,6 +264,26 @@ impl RemoteFs {
         let size = size.min(MAX_IO as u32);
         if size == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(c) = &self.cluster {
+            // Spread over the servers, outside this client's scope (each
+            // server's attempts have their own bounds).
+            let f = self.file(fh)?;
+            if f.flags & libc::O_ACCMODE == libc::O_RDONLY {
+                let path = f.path.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                match c.read(fh, &path, f.ino, &f.cred, offset, size) {
+                    Ok(out) => {
+                        self.bytes_read
+                            .fetch_add(out.len() as u64, Ordering::Relaxed);
+                        return Ok(out);
+                    }
+                    // The path no longer names the open file (unlinked or
+                    // replaced since): only this mount's own handle still
+                    // reaches it, below.
+                    Err(libc::ENOENT | libc::ESTALE) => {}
+                    Err(e) => return Err(errno(e)),
+                }
+            }
         }
         let r = self.client.within(None, self.mid_stream(fh), false, || {
             self.read_once(fh, offset, size, cred)
@@ -342,7 +372,10 @@ impl RemoteFs {
         let mut done = 0;
         while done < data.len() {
             let chunk = &data[done..(done + MAX_IO).min(data.len())];
-            let p = self.file_call(fh, cred, |sfh, _| {
+            let p = self.file_call(fh, cred, |sfh, link| {
+                if let Ok(f) = self.file(fh) {
+                    f.written_on.store(link.epoch, Ordering::SeqCst);
+                }
                 Ok(Op::Write {
                     fh: sfh,
                     offset: offset + done as u64,
@@ -359,6 +392,27 @@ impl RemoteFs {
         }
         self.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
         Ok(done)
+    }
+
+    /// Syncs open file `fh`. On a multi-server mount, when its writes went
+    /// to a connection (a server) that is no longer the one in use, the
+    /// server now in use cannot sync what the old one took: `EIO`, as an
+    /// NFS client answers a changed write verifier it cannot resend for.
+    pub(super) fn sync_file(&self, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
+        let f = self.file(fh)?;
+        let checked = self.cluster.is_some();
+        self.file_call(fh, cred, |sfh, link| {
+            let w = f.written_on.load(Ordering::SeqCst);
+            if checked && w != 0 && w != link.epoch {
+                log::warn!(
+                    "{}: written through a server this mount has left; cannot sync it through another",
+                    String::from_utf8_lossy(&f.path.lock().unwrap_or_else(|p| p.into_inner()))
+                );
+                return Err(libc::EIO);
+            }
+            Ok(Op::Fsync { fh: sfh, datasync })
+        })
+        .map(|_| ())
     }
 
     pub(super) fn release_file(
@@ -378,6 +432,9 @@ impl RemoteFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh);
+        if let Some(c) = &self.cluster {
+            c.release(fh);
+        }
         let (epoch, sfh) = *f.server.lock().unwrap_or_else(|p| p.into_inner());
         // Only the connection that opened it knows the handle (a new one
         // never saw it, and a dead one closed it). Nobody waits for the

@@ -74,6 +74,8 @@ pub struct RemoteFs {
     /// Whether to track them: only when change notices tell of the
     /// names others make.
     tracks_fresh_dirs: std::sync::atomic::AtomicBool,
+    /// The servers reads are spread over (a multi-server mount).
+    cluster: Option<Arc<super::cluster::Cluster>>,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -125,9 +127,15 @@ fn wire_time(t: TimeOrNow) -> WireTime {
 impl RemoteFs {
     /// This mount's counters, as `hipfs stats MOUNTPOINT` prints them.
     pub fn stats_text(&self) -> String {
-        format!(
-            "hipfs mount of {}\n  {}\n  read through the mount: {} bytes\n  written through the mount: {} bytes\n  open files: {}, known inodes: {}\n  direct path: {} opaque_fd handles, {} userspace_fs handles, {} direct writes invalidated\n",
+        let spread = self
+            .cluster
+            .as_ref()
+            .map(|c| c.stats_text())
+            .unwrap_or_default();
+        let head = format!(
+            "hipfs mount of {} (via {})\n  {}\n  read through the mount: {} bytes\n  written through the mount: {} bytes\n  open files: {}, known inodes: {}\n  direct path: {} opaque_fd handles, {} userspace_fs handles, {} direct writes invalidated\n",
             self.client.export_name(),
+            self.client.active_server(),
             self.client.counters_line(),
             self.bytes_read.load(Ordering::Relaxed),
             self.bytes_written.load(Ordering::Relaxed),
@@ -136,7 +144,8 @@ impl RemoteFs {
             self.direct.opaque_fd.load(Ordering::Relaxed),
             self.direct.userspace_fs.load(Ordering::Relaxed),
             self.direct.invalidations.load(Ordering::Relaxed),
-        )
+        );
+        head + &spread
     }
 
     /// A filesystem over `client`.
@@ -160,7 +169,15 @@ impl RemoteFs {
             no_open_head: std::sync::atomic::AtomicBool::new(false),
             fresh_dirs: Mutex::new(fresh_dirs::FreshDirs::default()),
             tracks_fresh_dirs: std::sync::atomic::AtomicBool::new(false),
+            cluster: None,
         }
+    }
+
+    /// Spreads reads of read-only opens over `cluster`'s servers (a
+    /// multi-server mount; see [`super::cluster`]).
+    pub fn with_cluster(mut self, cluster: Arc<super::cluster::Cluster>) -> RemoteFs {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// Turns extended attributes off for this mount.
@@ -418,22 +435,33 @@ impl Backend for RemoteFs {
         self.write_file(ino, fh, offset, data, cred)
     }
 
-    fn flush(&self, _ino: Ino, fh: u64, _lock_owner: u64, _cred: &Credentials) -> Result<()> {
+    fn flush(&self, _ino: Ino, fh: u64, _lock_owner: u64, cred: &Credentials) -> Result<()> {
         // Writes are applied on the server before they are acknowledged, so
         // there is nothing to push; only check the handle is known.
-        self.file(fh).map(|_| ())
+        let f = self.file(fh)?;
+        if self.cluster.is_some() && f.flags & libc::O_ACCMODE != libc::O_RDONLY {
+            // Close-to-open across servers: the server that took the
+            // writes pushes them to the shared filesystem before close
+            // returns, so an open through any other server sees them.
+            self.sync_file(fh, true, cred)?;
+        }
+        Ok(())
     }
 
     /// Writes are on the server when they are acknowledged and locks are
-    /// the kernel's, so a close has nothing to send. Whatever `flush` ever
-    /// does for a handle, this must answer `true` for it.
-    fn needs_flush(&self, _fh: u64) -> bool {
-        false
+    /// the kernel's, so a close has nothing to send, except on a
+    /// multi-server mount, where closing a writable handle syncs it (see
+    /// `flush`). Whatever `flush` ever does for a handle, this must answer
+    /// `true` for it.
+    fn needs_flush(&self, fh: u64) -> bool {
+        self.cluster.is_some()
+            && self
+                .file(fh)
+                .is_ok_and(|f| f.flags & libc::O_ACCMODE != libc::O_RDONLY)
     }
 
     fn fsync(&self, _ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
-        self.file_call(fh, cred, |sfh, _| Ok(Op::Fsync { fh: sfh, datasync }))
-            .map(|_| ())
+        self.sync_file(fh, datasync, cred)
     }
 
     fn release(&self, ino: Ino, fh: u64, flags: i32, cred: &Credentials) -> Result<()> {
