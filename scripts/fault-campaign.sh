@@ -212,9 +212,9 @@ NFT
            sleep 5; rm -f "$export_dir/.filler" ;;
     esac
     # Keep the disk from filling with acknowledged files: drop the oldest
-    # half of them once it is 70% full (they leave the check too).
+    # half of them once it is half full (each checked before it goes).
     used=$(df --output=pcent "$export_dir" | tail -1 | tr -dc 0-9)
-    if [ "$used" -gt 70 ]; then
+    if [ "$used" -gt 50 ]; then
         for f in "$work"/acked.*; do
             half=$(( $(wc -l < "$f") / 2 ))
             # Out of the list first, then deleted: a reader that fails on
