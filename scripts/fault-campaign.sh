@@ -12,7 +12,8 @@
 #
 # It asserts: no acknowledged write lost or wrong, no read of a wrong
 # byte, only clean errnos, no operation hung past 60 s; it prints what it
-# did and checked, and the mount daemons' largest RSS.
+# did and checked, and the mount daemons' largest RSS, which must stay
+# under CAMPAIGN_MAX_RSS_MB (512).
 #
 # Needs root, iproute2 (ip netns, tc), /dev/fuse, and tc netem or (for
 # kernels without sch_netem) nftables.
@@ -277,7 +278,12 @@ else
 fi
 unclean=$(grep -vcE "$clean" "$work/errors" 2>/dev/null || true)
 echo "unclean errors: ${unclean:-0}"
-echo "mount daemons' largest RSS: $(sort -n "$work/rss" 2>/dev/null | tail -1) KiB"
+max_rss=$(sort -n "$work/rss" 2>/dev/null | tail -1)
+echo "mount daemons' largest RSS: ${max_rss:-?} KiB (bound: ${CAMPAIGN_MAX_RSS_MB:-512} MiB)"
+if [ -n "$max_rss" ] && [ "$max_rss" -gt $(( ${CAMPAIGN_MAX_RSS_MB:-512} * 1024 )) ]; then
+    echo "FAILED: a mount daemon grew past ${CAMPAIGN_MAX_RSS_MB:-512} MiB (memory must stay bounded under faults)"
+    exit 1
+fi
 if [ -s "$work/bad" ]; then
     echo "FAILED:"; sort "$work/bad" | uniq -c | head -20
     exit 1
@@ -286,4 +292,4 @@ if [ "${unclean:-0}" != 0 ]; then
     echo "FAILED: unclean errors:"; grep -vE "$clean" "$work/errors" | head -10
     exit 1
 fi
-echo "PASSED: no acknowledged write lost or wrong, no wrong byte read, only clean errnos"
+echo "PASSED: no acknowledged write lost or wrong, no wrong byte read, only clean errnos, memory within its bound"
