@@ -335,22 +335,7 @@ impl Cluster {
             |_, _| {},
         );
         drop(regions);
-        match p? {
-            Payload::Read { n, data } => {
-                let k = data.len().min(len);
-                dst[..k].copy_from_slice(&data[..k]);
-                Ok((n as usize).min(len))
-            }
-            Payload::Placed { n, digest } => {
-                let n = n as usize;
-                if n > len {
-                    return Err(libc::EIO);
-                }
-                c.check_placed(&dst[..n], &digest)?;
-                Ok(n)
-            }
-            _ => Err(libc::EIO),
-        }
+        c.finish_placed_read(p?, dst)
     }
 
     /// Reads `size` bytes (at most MAX_IO) of mount file `key` (`path`,

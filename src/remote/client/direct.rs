@@ -299,25 +299,7 @@ impl RemoteFile {
             |_, _| {},
         );
         drop(regions);
-        match p? {
-            Payload::Read { n, data } => {
-                // The server never returns more than asked (checked on decode
-                // to be <= MAX_IO); copy at most `len` all the same.
-                let k = data.len().min(len);
-                dst[..k].copy_from_slice(&data[..k]);
-                Ok((n as usize).min(len))
-            }
-            Payload::Placed { n, digest } => {
-                let n = n as usize;
-                if n > len {
-                    return Err(libc::EIO);
-                }
-                // The transport placed the bytes in `dst` before the reply.
-                self.client.check_placed(&dst[..n], &digest)?;
-                Ok(n)
-            }
-            _ => Err(libc::EIO),
-        }
+        self.client.finish_placed_read(p?, dst)
     }
 
     /// Reads into device memory the server places bytes in by RDMA WRITE

@@ -763,6 +763,31 @@ impl RemoteClient {
         Err(libc::EIO)
     }
 
+    /// The bytes of a placed read's reply in `dst`: copied from the reply
+    /// when the server sent them inline, else checked where the transport
+    /// placed them before the reply (their hash, over TCP). Returns how many.
+    pub(crate) fn finish_placed_read(&self, reply: Payload, dst: &mut [u8]) -> Result<usize, i32> {
+        let len = dst.len();
+        match reply {
+            Payload::Read { n, data } => {
+                // The server never returns more than asked (checked on decode
+                // to be <= MAX_IO); copy at most `len` all the same.
+                let k = data.len().min(len);
+                dst[..k].copy_from_slice(&data[..k]);
+                Ok((n as usize).min(len))
+            }
+            Payload::Placed { n, digest } => {
+                let n = n as usize;
+                if n > len {
+                    return Err(libc::EIO);
+                }
+                self.check_placed(&dst[..n], &digest)?;
+                Ok(n)
+            }
+            _ => Err(libc::EIO),
+        }
+    }
+
     /// One line of counters: requests, failures, reconnects.
     pub fn counters_line(&self) -> String {
         let c = &self.counters;
