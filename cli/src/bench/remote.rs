@@ -293,59 +293,17 @@ fn tempfile_dir_tagged(tag: &str) -> Result<PathBuf, RemoteError> {
 /// reused 4 MiB buffer on another), in GiB/s.
 pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteError> {
     use std::io::Write;
-    let sockets = sockets.max(1);
-    let share = size.div_ceil(sockets as u64);
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    let writers: Vec<_> = (0..sockets)
-        .map(|_| {
-            std::thread::spawn(move || -> std::io::Result<()> {
-                let mut s = std::net::TcpStream::connect(addr)?;
-                let block = vec![0x5au8; 4 << 20];
-                let mut left = share;
-                while left > 0 {
-                    let n = left.min(block.len() as u64) as usize;
-                    s.write_all(&block[..n])?;
-                    left -= n as u64;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    let mut streams = Vec::with_capacity(sockets);
-    for _ in 0..sockets {
-        streams.push(l.accept()?.0);
-    }
-    let t = Instant::now();
-    let readers: Vec<_> = streams
-        .into_iter()
-        .map(|mut r| {
-            std::thread::spawn(move || -> std::io::Result<u64> {
-                let mut buf = vec![0u8; 4 << 20];
-                let mut got = 0u64;
-                while got < share {
-                    let n = r.read(&mut buf)?;
-                    if n == 0 {
-                        break;
-                    }
-                    got += n as u64;
-                }
-                Ok(got)
-            })
-        })
-        .collect();
-    let mut got = 0u64;
-    for r in readers {
-        got += r
-            .join()
-            .map_err(|_| RemoteError::Config("ceiling reader panicked".into()))??;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    for w in writers {
-        w.join()
-            .map_err(|_| RemoteError::Config("ceiling writer panicked".into()))??;
-    }
-    Ok(got as f64 / secs / (1u64 << 30) as f64)
+    let share = size.div_ceil(sockets.max(1) as u64);
+    loopback_ceiling(size, sockets, 4 << 20, move |i, mut s| {
+        let block = vec![0x5au8; 4 << 20];
+        let mut left = share.min(size.saturating_sub(i * share));
+        while left > 0 {
+            let n = left.min(block.len() as u64) as usize;
+            s.write_all(&block[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    })
 }
 
 /// The loopback ceiling for this file's bytes: `sockets` plain TCP sockets
@@ -356,37 +314,52 @@ pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteErro
 /// CPU caches, this moves the bytes the direct path moves.
 pub fn loopback_file_ceiling(file: &Path, sockets: usize) -> Result<f64, RemoteError> {
     let size = std::fs::metadata(file)?.len();
+    let share = size.div_ceil(sockets.max(1) as u64);
+    let file = file.to_path_buf();
+    loopback_ceiling(size, sockets, 64 << 20, move |i, s| {
+        let f = std::fs::File::open(&file)?;
+        let mut at = (i * share).min(size);
+        let end = ((i + 1) * share).min(size);
+        while at < end {
+            let want = (end - at).min(64 << 20) as usize;
+            let mut off = at;
+            let n = rustix::fs::sendfile(&s, &f, Some(&mut off), want)?;
+            if n == 0 {
+                break;
+            }
+            at += n as u64;
+        }
+        Ok(())
+    })
+}
+
+/// `size` bytes through `sockets` loopback TCP sockets at once, in GiB/s:
+/// sender `i` runs `send(i, socket)` on its own thread; each receiver reads
+/// into its own `recv_mem` bytes in turn (touched before the clock starts).
+/// Fails unless exactly `size` bytes arrived.
+fn loopback_ceiling<F>(
+    size: u64,
+    sockets: usize,
+    recv_mem: usize,
+    send: F,
+) -> Result<f64, RemoteError>
+where
+    F: Fn(u64, std::net::TcpStream) -> std::io::Result<()> + Clone + Send + 'static,
+{
     let sockets = sockets.max(1);
-    let share = size.div_ceil(sockets as u64);
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
     let writers: Vec<_> = (0..sockets as u64)
         .map(|i| {
-            let file = file.to_path_buf();
-            std::thread::spawn(move || -> std::io::Result<()> {
-                let s = std::net::TcpStream::connect(addr)?;
-                let f = std::fs::File::open(&file)?;
-                let mut at = (i * share).min(size);
-                let end = ((i + 1) * share).min(size);
-                while at < end {
-                    let want = (end - at).min(64 << 20) as usize;
-                    let mut off = at;
-                    let n = rustix::fs::sendfile(&s, &f, Some(&mut off), want)?;
-                    if n == 0 {
-                        break;
-                    }
-                    at += n as u64;
-                }
-                Ok(())
-            })
+            let send = send.clone();
+            std::thread::spawn(move || send(i, std::net::TcpStream::connect(addr)?))
         })
         .collect();
     let mut streams = Vec::with_capacity(sockets);
     for _ in 0..sockets {
         streams.push(l.accept()?.0);
     }
-    // The receivers' memory is touched before the clock starts.
-    let mut bufs: Vec<Vec<u8>> = (0..sockets).map(|_| vec![1u8; 64 << 20]).collect();
+    let mut bufs: Vec<Vec<u8>> = (0..sockets).map(|_| vec![1u8; recv_mem]).collect();
     let t = Instant::now();
     let got: u64 = std::thread::scope(|scope| {
         let readers: Vec<_> = streams
@@ -426,7 +399,7 @@ pub fn loopback_file_ceiling(file: &Path, sockets: usize) -> Result<f64, RemoteE
     }
     if got != size {
         return Err(RemoteError::Config(format!(
-            "file ceiling moved {got} of {size} bytes"
+            "loopback ceiling moved {got} of {size} bytes"
         )));
     }
     Ok(got as f64 / secs / (1u64 << 30) as f64)
