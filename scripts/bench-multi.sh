@@ -31,14 +31,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${HIPFS_BIN:-}
-if [ -z "$bin" ]; then
-    for b in "$here/target/release/hipfs" "$here/target/debug/hipfs"; do
-        [ -x "$b" ] && { bin=$b; break; }
-    done
-fi
-[ -x "${bin:-}" ] || { echo "no hipfs binary: cargo build -p hipfs-cli (or HIPFS_BIN=...)" >&2; exit 1; }
+. "$(dirname "$0")/lib/hipfs-bin.sh"
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, tc, FUSE)" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/hipfs-bench-multi.XXXXXX)

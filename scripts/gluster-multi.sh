@@ -22,14 +22,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: $0 [--files 50]" >&2; exit 2 ;;
     esac
 done
-here=$(cd "$(dirname "$0")/.." && pwd)
-bin=${HIPFS_BIN:-}
-if [ -z "$bin" ]; then
-    for b in "$here/target/release/hipfs" "$here/target/debug/hipfs"; do
-        [ -x "$b" ] && { bin=$b; break; }
-    done
-fi
-[ -x "${bin:-}" ] || { echo "no hipfs binary: cargo build -p hipfs-cli (or HIPFS_BIN=...)" >&2; exit 1; }
+. "$(dirname "$0")/lib/hipfs-bin.sh"
 [ "$(id -u)" = 0 ] || { echo "needs root" >&2; exit 1; }
 command -v gluster > /dev/null || { echo "needs glusterfs-server and glusterfs-client (Debian packages)" >&2; exit 1; }
 
