@@ -70,21 +70,36 @@ fn nobody_exe() -> std::path::PathBuf {
 /// `vars`; returns its `OUTCOME` line.
 fn as_nobody(mode: &str, vars: &[(&str, &str)]) -> String {
     let exe = nobody_exe();
-    let out = Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "remote_security::attacker",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("HIPFS_SECURITY_ATTACK", mode)
-        .envs(vars.iter().copied())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .current_dir("/")
-        .output()
-        .unwrap();
+    let run = || {
+        Command::new(&exe)
+            .args([
+                "--ignored",
+                "--exact",
+                "remote_security::attacker",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("HIPFS_SECURITY_ATTACK", mode)
+            .envs(vars.iter().copied())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .current_dir("/")
+            .output()
+    };
+    // ETXTBSY: a process another test forked while the copy was being
+    // written still held the copy's descriptor (until its own exec closed
+    // it), so exec of the copy was refused for that moment. Try again.
+    let mut out = run();
+    for _ in 0..100 {
+        match &out {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                out = run();
+            }
+            _ => break,
+        }
+    }
+    let out = out.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     stdout
         .lines()
