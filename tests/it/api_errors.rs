@@ -3,12 +3,10 @@
 use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType, OpError};
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
 
-static LOCK: Mutex<()> = Mutex::new(());
-
-fn guard() -> std::sync::MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+/// These tests close the driver to zero: nothing else may use it meanwhile.
+fn guard() -> std::sync::RwLockWriteGuard<'static, ()> {
+    crate::common::driver_exclusive()
 }
 
 fn close_all() {

@@ -60,3 +60,22 @@ impl TestMem {
         &mut self.raw[self.start..self.start + self.len]
     }
 }
+
+/// The driver's open count and parameters are process-wide, and every test
+/// of this binary shares them: a test that closes the driver to zero or
+/// changes parameters takes this exclusively, a test that needs its
+/// driver to stay open takes it shared.
+static DRIVER_STATE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// For a test that needs the driver it opened to stay open.
+#[allow(dead_code)]
+pub fn driver_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    DRIVER_STATE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// For a test that closes the driver to zero, counts its opens, or
+/// changes parameters.
+#[allow(dead_code)]
+pub fn driver_exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    DRIVER_STATE.write().unwrap_or_else(|p| p.into_inner())
+}

@@ -3,14 +3,12 @@
 
 use crate::common::{pattern, scratch_dir, write_file};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
-use std::sync::{Arc, Mutex};
-
-/// The count is process-wide: these tests must not interleave.
-static LOCK: Mutex<()> = Mutex::new(());
+use std::sync::Arc;
 
 #[test]
 fn many_threads_open_register_read_and_close_with_a_balanced_count() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    // It counts opens: no other test may open or close meanwhile.
+    let _g = crate::common::driver_exclusive();
     let base = Driver::open().unwrap();
     let start = hipfs::use_count();
     let dir = scratch_dir("thr");
@@ -55,7 +53,8 @@ fn many_threads_open_register_read_and_close_with_a_balanced_count() {
 
 #[test]
 fn one_handle_serves_concurrent_readers_and_writers_on_disjoint_ranges() {
-    let _g = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    // Its driver must stay open: no test may close the driver to zero meanwhile.
+    let _g = crate::common::driver_shared();
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("shared");
     let data = pattern(23, 8 << 20);

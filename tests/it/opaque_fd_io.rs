@@ -5,10 +5,8 @@ use crate::common::{pattern, scratch_dir, write_file, TestMem};
 use hipfs::{Buffer, Driver, FileHandle, FileHandleType};
 use proptest::prelude::*;
 use std::os::unix::fs::FileExt;
-use std::sync::Mutex;
-
-/// The driver is process-wide; tests that change parameters take this lock.
-static CONFIG_LOCK: Mutex<()> = Mutex::new(());
+// The driver is process-wide; these tests change parameters or close it
+// to zero, so each takes `common::driver_exclusive`.
 
 const FILE_LEN: usize = 3 << 20;
 
@@ -83,7 +81,7 @@ proptest! {
         boff in 0usize..5000,
         misalign in 0usize..600,
     ) {
-        let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = crate::common::driver_exclusive();
         let _drv = Driver::open().unwrap();
         let dir = scratch_dir("rd");
         let data = pattern(7, FILE_LEN);
@@ -95,7 +93,7 @@ proptest! {
     fn writes_at_any_offset_size_and_alignment_land_exactly(
         ops in proptest::collection::vec((0usize..(2 << 20), 1usize..(600 << 10), 0usize..5000, 0usize..600), 1..5),
     ) {
-        let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = crate::common::driver_exclusive();
         let _drv = Driver::open().unwrap();
         let dir = scratch_dir("wr");
         let mut oracle = pattern(3, 1 << 20);
@@ -108,7 +106,7 @@ proptest! {
 
 #[test]
 fn large_aligned_reads_take_the_direct_path_when_the_page_cache_is_cold() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("direct");
     let data = pattern(5, 8 << 20);
@@ -152,7 +150,7 @@ fn large_aligned_reads_take_the_direct_path_when_the_page_cache_is_cold() {
 
 #[test]
 fn a_partial_block_write_keeps_the_rest_of_the_block() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("partial");
     let mut oracle = pattern(9, 64 << 10);
@@ -164,7 +162,7 @@ fn a_partial_block_write_keeps_the_rest_of_the_block() {
 
 #[test]
 fn writes_past_the_end_extend_the_file() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("extend");
     let mut oracle = pattern(1, 5000);
@@ -175,7 +173,7 @@ fn writes_past_the_end_extend_the_file() {
 
 #[test]
 fn forced_compat_mode_serves_everything_buffered() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     // Parameters change only while the driver is closed.
     while hipfs::use_count() > 0 {
         hipfs::driver_close().unwrap();
@@ -208,7 +206,7 @@ fn forced_compat_mode_serves_everything_buffered() {
 #[test]
 #[cfg_attr(not(hipfs_root), ignore = "needs root (mounts a ramfs)")]
 fn a_filesystem_that_refuses_o_direct_falls_back_or_is_refused_without_compat() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     let dir = scratch_dir("ramfs");
     let mnt = dir.path().join("m");
     std::fs::create_dir(&mnt).unwrap();
@@ -270,7 +268,7 @@ impl DirectFlag for std::fs::OpenOptions {
 
 #[test]
 fn requests_split_across_workers_return_the_same_bytes_as_one_thread() {
-    let _g = CONFIG_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = crate::common::driver_exclusive();
     let _drv = Driver::open().unwrap();
     let dir = scratch_dir("par");
     // Not a multiple of the chunk or the block size.
