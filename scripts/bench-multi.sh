@@ -82,11 +82,7 @@ for i in 1 2 3; do
     servers+=("10.77.$i.2:7471")
 done
 for i in 1 2 3; do
-    for _ in $(seq 100); do
-        grep -q "listening on" "$work/serve$i.out" 2>/dev/null && break
-        sleep 0.1
-    done
-    grep -q "listening on" "$work/serve$i.out" || { cat "$work/serve$i.err" >&2; exit 1; }
+    wait_listening "$work/serve$i.out" || { cat "$work/serve$i.err" >&2; exit 1; }
 done
 echo "3 servers, each behind a $RATE link (tc tbf), exporting one namespace:"
 grep -h "export id" "$work"/serve*.err | sed 's/^/  /'

@@ -62,10 +62,7 @@ start_server() {
         --token-file "$work/token" --transport tcp --local-socket "$work/serve$i.sock" \
         > "$work/serve$i.out" 2>> "$work/serve$i.err" &
     spid[$i]=$!
-    for _ in $(seq 100); do
-        grep -q "listening on" "$work/serve$i.out" 2>/dev/null && return 0
-        sleep 0.1
-    done
+    wait_listening "$work/serve$i.out" && return 0
     echo "server $i did not start" >&2
     cat "$work/serve$i.err" >&2
     return 1

@@ -65,10 +65,7 @@ for i in 1 2 3; do
     spids+=($!)
 done
 for i in 1 2 3; do
-    for _ in $(seq 100); do
-        grep -q "listening on" "$work/serve$i.out" 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_listening "$work/serve$i.out" || { cat "$work/serve$i.err" >&2; exit 1; }
     ports+=("$(sed -n 's/.*listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$work/serve$i.out")")
     sed 's/^/  /' "$work/serve$i.err"
 done

@@ -52,6 +52,15 @@ impl Fixture {
         Fixture::with(|_| {}, "")
     }
 
+    /// Server round trips the fixture's mount made so far.
+    #[allow(dead_code)]
+    pub fn requests(&self) -> u64 {
+        let line = self.mount.as_ref().unwrap().client.counters_line();
+        let n = line.split(": ").nth(1).and_then(|r| r.split(' ').next());
+        n.and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no request count in {line:?}"))
+    }
+
     /// `tweak` adjusts the server config; `opts` are `-o` mount options.
     pub fn with(tweak: impl FnOnce(&mut ServeConfig), opts: &str) -> Fixture {
         let export = tempfile::tempdir().unwrap();

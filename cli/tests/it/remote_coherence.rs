@@ -156,13 +156,6 @@ fn changes_made_directly_on_the_export_are_seen_at_once() {
     changes_reach(f.export.path(), f.mnt.path());
 }
 
-fn requests(f: &Fixture) -> u64 {
-    let line = f.mount.as_ref().unwrap().client.counters_line();
-    let n = line.split(": ").nth(1).and_then(|r| r.split(' ').next());
-    n.and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no request count in {line:?}"))
-}
-
 #[test]
 #[cfg_attr(
     not(hipfs_fuse),
@@ -179,7 +172,7 @@ fn repeated_listings_stats_and_missing_names_are_answered_from_the_kernels_cache
         fs::metadata(f.m(&format!("f{i}"))).unwrap();
     }
     assert!(!exists(&f.m("missing")));
-    let before = requests(&f);
+    let before = f.requests();
     for _ in 0..5 {
         assert_eq!(names(f.mnt.path()), first);
         for i in 0..50 {
@@ -187,7 +180,7 @@ fn repeated_listings_stats_and_missing_names_are_answered_from_the_kernels_cache
         }
         assert!(!exists(&f.m("missing")));
     }
-    let after = requests(&f);
+    let after = f.requests();
     // Opening the directory is the only request a cached listing costs.
     assert!(
         after - before <= 10,

@@ -167,6 +167,16 @@ fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
     wait_unmounted(mnt.path());
 }
 
+/// The helper installed where mount(8) looks for it (the test fails when
+/// another program sits there), and a fresh export and mount point.
+fn helper_installed_and_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    assert!(
+        install_helper(),
+        "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
+    );
+    (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap())
+}
+
 /// Puts the helper where mount(8) looks for it; false when another program
 /// already sits there.
 fn install_helper() -> bool {
@@ -192,12 +202,7 @@ fn install_helper() -> bool {
 )]
 fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
     require_fuse!();
-    assert!(
-        install_helper(),
-        "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
-    );
-    let export = tempfile::tempdir().unwrap();
-    let mnt = tempfile::tempdir().unwrap();
+    let (export, mnt) = helper_installed_and_dirs();
     fs::write(export.path().join("data"), b"via mount(8)").unwrap();
     let server = start_server(export.path());
     let source = format!("{}:/", server.local_addr());
@@ -249,12 +254,7 @@ fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
 )]
 fn mount_t_fuse_hipfs_takes_a_multi_server_source_and_spreads_reads() {
     require_fuse!();
-    assert!(
-        install_helper(),
-        "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
-    );
-    let export = tempfile::tempdir().unwrap();
-    let mnt = tempfile::tempdir().unwrap();
+    let (export, mnt) = helper_installed_and_dirs();
     let data = crate::common::pattern(3, 8 << 20);
     fs::write(export.path().join("data"), &data).unwrap();
     let servers: Vec<Server> = (0..3).map(|_| start_server(export.path())).collect();

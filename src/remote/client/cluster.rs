@@ -34,40 +34,30 @@ struct Node {
     member: Member,
 }
 
-impl Node {
-    /// Starts a probe of this server if it is down and one is due: a
-    /// getattr of the export root, on its own thread, so no read waits on
-    /// a server that may hang. It rejoins the reads when it answers.
-    fn probe_if_due(self: &Arc<Node>, stall: Duration) {
-        if !self.member.claim_probe() {
-            return;
+impl spread::Probed for Node {
+    fn member(&self) -> &Member {
+        &self.member
+    }
+
+    /// A getattr of the export root.
+    fn probe(&self, stall: Duration) -> bool {
+        let c = &self.client;
+        let r = c.within(Some(Instant::now() + stall), false, false, || {
+            c.call(
+                &super::own_cred(),
+                Op::Getattr {
+                    path: Vec::new(),
+                    fh: None,
+                },
+            )
+        });
+        let answered = spread::answered(&r);
+        if answered {
+            log::info!("server {} answers again: back in the spread", c.server());
+        } else {
+            c.drop_link();
         }
-        let node = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("hipfs-probe".into())
-            .spawn(move || {
-                let c = &node.client;
-                let until = Instant::now() + stall;
-                let r = c.within(Some(until), false, false, || {
-                    c.call(
-                        &super::own_cred(),
-                        Op::Getattr {
-                            path: Vec::new(),
-                            fh: None,
-                        },
-                    )
-                });
-                let answered = spread::answered(&r);
-                if answered {
-                    log::info!("server {} answers again: back in the spread", c.server());
-                } else {
-                    c.drop_link();
-                }
-                node.member.probed(answered);
-            });
-        if spawned.is_err() {
-            self.member.probed(false);
-        }
+        answered
     }
 }
 
@@ -351,7 +341,7 @@ impl Cluster {
     ) -> Result<Vec<u8>, i32> {
         let h = self.handles(key, ino, cred);
         for n in &self.nodes {
-            n.probe_if_due(self.stall);
+            spread::probe_if_due(n, self.stall);
         }
         let mut buf = vec![0u8; (size as usize).min(MAX_IO)];
         let members: Vec<&Member> = self.nodes.iter().map(|n| &n.member).collect();

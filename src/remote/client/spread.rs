@@ -41,6 +41,34 @@ pub struct Member {
     probing: std::sync::atomic::AtomicBool,
 }
 
+/// A server of a spread read that can be left out and probed back in.
+pub trait Probed: Send + Sync + 'static {
+    /// Its state in the spread.
+    fn member(&self) -> &Member;
+    /// One small request to it, bounded by `stall`: whether it answered
+    /// (see [`answered`]).
+    fn probe(&self, stall: Duration) -> bool;
+}
+
+/// Starts a probe of `server` if it is down and one is due, on its own
+/// thread, so no read waits on a server that may hang; it rejoins the
+/// reads when it answers.
+pub fn probe_if_due<P: Probed>(server: &std::sync::Arc<P>, stall: Duration) {
+    if !server.member().claim_probe() {
+        return;
+    }
+    let s = server.clone();
+    let spawned = std::thread::Builder::new()
+        .name("hipfs-probe".into())
+        .spawn(move || {
+            let answered = s.probe(stall);
+            s.member().probed(answered);
+        });
+    if spawned.is_err() {
+        server.member().probed(false);
+    }
+}
+
 /// The wait before the first probe after a failure; each failed probe
 /// doubles it.
 const FIRST_REST: Duration = Duration::from_millis(200);

@@ -98,31 +98,23 @@ pub(super) fn bind(
     }))
 }
 
-impl Part {
-    /// Probes this server if it is down and a probe is due: a one-byte
-    /// read on its own thread, so no read waits on a server that may hang.
-    fn probe_if_due(self: &Arc<Part>, stall: Duration) {
-        if !self.member.claim_probe() {
-            return;
+impl spread::Probed for Part {
+    fn member(&self) -> &Member {
+        &self.member
+    }
+
+    /// A one-byte read.
+    fn probe(&self, stall: Duration) -> bool {
+        let c = &self.file.client;
+        let mut one = [0u8; 1];
+        let r = c.within(Some(Instant::now() + stall), false, false, || {
+            self.file.read_piece(&mut one, 0)
+        });
+        let answered = spread::answered(&r);
+        if !answered {
+            c.drop_link();
         }
-        let part = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("hipfs-probe".into())
-            .spawn(move || {
-                let c = &part.file.client;
-                let mut one = [0u8; 1];
-                let r = c.within(Some(Instant::now() + stall), false, false, || {
-                    part.file.read_piece(&mut one, 0)
-                });
-                let answered = spread::answered(&r);
-                if !answered {
-                    c.drop_link();
-                }
-                part.member.probed(answered);
-            });
-        if spawned.is_err() {
-            self.member.probed(false);
-        }
+        answered
     }
 }
 
@@ -157,7 +149,7 @@ impl UserspaceFs for SpreadFile {
             };
         }
         for p in &self.parts {
-            p.probe_if_due(self.stall);
+            spread::probe_if_due(p, self.stall);
         }
         let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
         let members: Vec<&Member> = self.parts.iter().map(|p| &p.member).collect();
