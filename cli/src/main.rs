@@ -152,7 +152,10 @@ enum BenchCmd {
     /// `cp -r` out and in, `tar -x` in: on a local directory and through a
     /// hipfs mount of it (in-process server on loopback) in one run, with
     /// the ratios; `--peer sshfs=/mnt/x` adds another mount of the same
-    /// directory (`--data`). Root drops caches before the cold steps.
+    /// directory (`--data`). A "FUSE floor" column times the same steps on
+    /// an in-memory filesystem behind the same FUSE adapter (no server):
+    /// the least any FUSE mount costs here. Root drops caches before the
+    /// cold steps.
     ///
     /// Example: hipfs bench meta --tree-files 100000 --small-files 10000
     Meta {
@@ -181,6 +184,10 @@ enum BenchCmd {
         /// Repetitions per step (median).
         #[arg(long, default_value_t = 1)]
         repeats: usize,
+        /// Leave out the FUSE floor column (the steps on an in-memory
+        /// filesystem behind the same FUSE adapter, no server).
+        #[arg(long)]
+        no_floor: bool,
     },
 }
 
@@ -266,6 +273,7 @@ fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
             generate_only,
             peer,
             repeats,
+            no_floor,
         } => {
             if generate_only {
                 let d = data.ok_or("--generate-only needs --data DIR")?;
@@ -291,6 +299,7 @@ fn run_bench(cmd: BenchCmd) -> remote_cmds::CmdResult {
                 peers,
                 data,
                 repeats,
+                floor: !no_floor,
             })
         }
     }

@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use crate::cvt;
 
@@ -32,6 +33,30 @@ pub fn list(path: &CStr, buf: &mut [u8]) -> io::Result<usize> {
 pub fn llist_len(path: &CStr) -> io::Result<usize> {
     // SAFETY: a NULL buffer of size 0 only asks the size.
     let n = cvt(unsafe { libc::llistxattr(path.as_ptr(), std::ptr::null_mut(), 0) })?;
+    Ok(n as usize)
+}
+
+/// `listxattrat(2)` (Linux 6.13) system call number; the same in every
+/// architecture's table (it was added after the tables were unified).
+const SYS_LISTXATTRAT: libc::c_long = 465;
+
+/// The size `listxattrat(2)` needs for `name` in directory `dir` (0: no
+/// attributes), without following a final symlink: one lookup of `name`
+/// instead of `/proc/self/fd/N/name`'s walk through procfs. `ENOSYS` on
+/// kernels before 6.13.
+pub fn list_len_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<usize> {
+    // SAFETY: `name` is NUL-terminated; a NULL buffer of size 0 only asks
+    // the size; `dir` is a live descriptor for the duration of the call.
+    let n = cvt(unsafe {
+        libc::syscall(
+            SYS_LISTXATTRAT,
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            std::ptr::null_mut::<libc::c_char>(),
+            0usize,
+        )
+    })?;
     Ok(n as usize)
 }
 

@@ -9,7 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
 use hipfs::remote::mount::{mount_local, MountOptions};
+use hipfs_fusefs::{Backend, Credentials, Ino, MemFs, ROOT_INO};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -29,6 +33,11 @@ pub struct MetaBenchOptions {
     pub data: Option<PathBuf>,
     /// Repetitions of each step (median).
     pub repeats: usize,
+    /// Also time the steps on an in-memory FUSE filesystem (the project's
+    /// own adapter over [`MemFs`], mounted with the FUSE settings of a
+    /// hipfs mount): the fastest any FUSE mount can be on this kernel and
+    /// machine, so the table shows how much of hipfs' cost is FUSE's.
+    pub floor: bool,
 }
 
 /// The run's directory, removed at the end whatever happens.
@@ -102,6 +111,48 @@ pub fn generate(data: &Path, tree_files: usize, small_files: usize) -> std::io::
         )?;
     }
     Ok(())
+}
+
+/// Copies the directory tree at `from` into `fs` below `parent` through
+/// its backend calls (in memory, without a mount: fast, and untimed).
+fn populate(fs: &MemFs, parent: Ino, from: &Path) -> std::io::Result<()> {
+    let cred = Credentials::root();
+    let err = |e: hipfs_fusefs::Errno| std::io::Error::from_raw_os_error(e.code());
+    for d in std::fs::read_dir(from)? {
+        let d = d?;
+        let name = d.file_name();
+        let meta = d.metadata()?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.is_dir() {
+            let e = fs.mkdir(parent, &name, mode, 0, &cred).map_err(err)?;
+            populate(fs, e.attr.ino, &d.path())?;
+            fs.forget(e.attr.ino, 1);
+        } else if meta.is_file() {
+            let (e, fh) = fs
+                .create(parent, &name, mode, 0, libc::O_WRONLY, &cred)
+                .map_err(err)?;
+            let data = std::fs::read(d.path())?;
+            if !data.is_empty() {
+                fs.write(e.attr.ino, fh, 0, &data, &cred).map_err(err)?;
+            }
+            fs.release(e.attr.ino, fh, 0, &cred).map_err(err)?;
+            fs.forget(e.attr.ino, 1);
+        }
+    }
+    Ok(())
+}
+
+/// Mounts an in-memory copy of `data` at `mnt` with the FUSE settings of
+/// a hipfs mount whose server sends change notices (the default).
+fn mount_floor(
+    data: &Path,
+    mnt: &Path,
+    opts: &MountOptions,
+) -> Result<hipfs_fusefs::MountHandle, Box<dyn std::error::Error>> {
+    let fs = MemFs::new();
+    populate(&fs, ROOT_INO, data)?;
+    let config = opts.mount_config(mnt, "hipfs-fuse-floor", false, true);
+    Ok(hipfs_fusefs::mount(Arc::new(fs), config)?)
 }
 
 /// One step: a name, whether caches are dropped first, and the script for
@@ -205,6 +256,21 @@ pub fn run_meta_bench(o: &MetaBenchOptions) -> Result<(), Box<dyn std::error::Er
             root: mnt.clone(),
         },
     ];
+    let floor_mnt = work.path().join("floor");
+    let floor = if o.floor {
+        std::fs::create_dir(&floor_mnt)?;
+        eprintln!(
+            "bench meta: copying the data set into an in-memory FUSE filesystem (the FUSE floor)"
+        );
+        let m = mount_floor(&data, &floor_mnt, &opts)?;
+        targets.push(Target {
+            label: "memfs".into(),
+            root: floor_mnt.clone(),
+        });
+        Some(m)
+    } else {
+        None
+    };
     for (label, root) in &o.peers {
         targets.push(Target {
             label: label.clone(),
@@ -217,6 +283,9 @@ pub fn run_meta_bench(o: &MetaBenchOptions) -> Result<(), Box<dyn std::error::Er
         let _ = sh(&format!("rm -rf {}/cpin {}/untar", q(&t.root), q(&t.root)));
     }
     mount.unmount()?;
+    if let Some(m) = floor {
+        m.unmount()?;
+    }
     let table = result?;
     println!(
         "hipfs bench meta: {} tree files (1,000 per directory), {} small files; loopback, same run; hipfs -o {}; {}median of {}",
@@ -228,15 +297,20 @@ pub fn run_meta_bench(o: &MetaBenchOptions) -> Result<(), Box<dyn std::error::Er
     );
     print!("{:<30} {:>9}", "operation", "local s");
     for t in &targets[1..] {
-        print!(" {:>9} {:>8}", format!("{} s", t.label), "ratio");
+        print!(" {:>12} {:>8}", format!("{} s", t.label), "ratio");
     }
     println!();
     for (name, secs) in table {
         print!("{name:<30} {:>9.2}", secs[0]);
         for s in &secs[1..] {
-            print!(" {s:>9.2} {:>7.1}x", s / secs[0].max(1e-6));
+            print!(" {s:>12.2} {:>7.1}x", s / secs[0].max(1e-6));
         }
         println!();
+    }
+    if o.floor {
+        println!(
+            "memfs: the same steps on an in-memory filesystem behind the same FUSE adapter and mount settings, no server: what the kernel's FUSE requests alone cost on this machine"
+        );
     }
     Ok(())
 }

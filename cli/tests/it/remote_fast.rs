@@ -243,3 +243,63 @@ fn missing_names_in_a_directory_made_here_cost_no_round_trip_and_others_names_ap
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Names and inode numbers of `dir` as `readdir` gives them (no dots).
+fn listing(dir: &Path) -> std::collections::BTreeMap<String, u64> {
+    use std::os::unix::fs::DirEntryExt;
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), e.ino())
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_directory_of_several_server_batches_lists_every_name_once_even_while_names_go() {
+    use std::os::unix::fs::MetadataExt;
+    require_fuse!();
+    let f = Fixture::new();
+    // More than one server batch (1,024 names), each statted by two threads.
+    let n = 2_600;
+    fs::create_dir(f.e("big")).unwrap();
+    for i in 0..n {
+        fs::write(f.e(&format!("big/f{i:05}")), b"").unwrap();
+    }
+    let seen = listing(&f.m("big"));
+    assert_eq!(seen, listing(&f.e("big")), "mount and export list alike");
+    for (name, ino) in seen.iter().step_by(97) {
+        assert_eq!(
+            fs::symlink_metadata(f.m(&format!("big/{name}")))
+                .unwrap()
+                .ino(),
+            *ino
+        );
+    }
+    // Names removed on the export while the mount lists: every name the
+    // listing gives was there at some point, none twice, and every name
+    // that was never removed is there (a short batch must not end it).
+    let remover = {
+        let dir = f.e("big");
+        std::thread::spawn(move || {
+            for i in (0..n).step_by(3) {
+                let _ = fs::remove_file(dir.join(format!("f{i:05}")));
+            }
+        })
+    };
+    let mut names = Vec::new();
+    for e in fs::read_dir(f.m("big")).unwrap() {
+        names.push(e.unwrap().file_name().to_string_lossy().into_owned());
+    }
+    remover.join().unwrap();
+    let unique: std::collections::BTreeSet<_> = names.iter().cloned().collect();
+    assert_eq!(unique.len(), names.len(), "a name listed twice");
+    for i in (0..n).filter(|i| i % 3 != 0) {
+        assert!(unique.contains(&format!("f{i:05}")), "f{i:05} missing");
+    }
+}

@@ -182,42 +182,67 @@ impl Export {
         let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
         let dfd = dir.as_fd();
         let own = stat_fd(dfd)?;
-        // The cookie came from an earlier getdents d_off.
-        sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
-        let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
-        'outer: while out.len() < max {
-            let n = getdents64(dfd, &mut buf).errno()?;
-            if n == 0 {
+        // The cookie came from an earlier getdents d_off.
+        let names = read_names(dfd, rel, cookie, max, &mut buf)?;
+        // Statting is most of a listing's cost when the inodes are not
+        // cached (a cold `ls -lR` or `find`), and the client waits for it:
+        // large batches are statted by two threads.
+        let mut items = if names.len() >= PARALLEL_STAT_MIN {
+            let (a, b) = names.split_at(names.len() / 2);
+            std::thread::scope(|sc| {
+                let second = sc.spawn(|| self.dir_items(dfd, &own, b));
+                let first = self.dir_items(dfd, &own, a);
+                let second = second.join().unwrap_or(Err(libc::EIO));
+                let mut v = first?;
+                v.extend(second?);
+                Ok::<_, Errno>(v)
+            })?
+        } else {
+            self.dir_items(dfd, &own, &names)?
+        };
+        // A full batch must stay full (a short one tells the client the
+        // listing ended): make up for names removed since the getdents.
+        let mut last = names.last().map(|n| n.1);
+        while names.len() == max && items.len() < max {
+            let Some(from) = last else { break };
+            let more = read_names(dfd, rel, from, max - items.len(), &mut buf)?;
+            if more.is_empty() {
                 break;
             }
-            for d in Dirents::new(&buf[..n]) {
-                let d = d.map_err(|e| {
-                    log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
-                    libc::EIO
-                })?;
-                let name = d.name;
-                let st = if name == b"." || name == b".." {
-                    // ".." of the root must not reveal what lies above it.
-                    own
-                } else {
-                    match cstr(name).and_then(|c| stat_at(dfd, &c)) {
-                        Ok(st) => st,
-                        Err(libc::ENOENT) => continue,
-                        Err(e) => return Err(e),
-                    }
-                };
-                let no_xattrs = name != b"." && name != b".." && !has_xattrs(dfd, name);
-                out.push(DirItem {
-                    name: name.to_vec(),
-                    cookie: d.off as u64,
-                    entry: self.entry(&st),
-                    no_xattrs,
-                });
-                if out.len() >= max {
-                    break 'outer;
+            last = more.last().map(|n| n.1);
+            items.extend(self.dir_items(dfd, &own, &more)?);
+        }
+        Ok(items)
+    }
+
+    /// The listing items of `names` in directory `dfd` (`own`: its stat);
+    /// names gone since the `getdents` are left out.
+    fn dir_items(
+        &self,
+        dfd: BorrowedFd<'_>,
+        own: &libc::stat,
+        names: &[(Vec<u8>, u64)],
+    ) -> Result<Vec<DirItem>, Errno> {
+        let mut out = Vec::with_capacity(names.len());
+        for (name, off) in names {
+            let dots = name == b"." || name == b"..";
+            let st = if dots {
+                // ".." of the root must not reveal what lies above it.
+                *own
+            } else {
+                match cstr(name).and_then(|c| stat_at(dfd, &c)) {
+                    Ok(st) => st,
+                    Err(libc::ENOENT) => continue,
+                    Err(e) => return Err(e),
                 }
-            }
+            };
+            out.push(DirItem {
+                name: name.clone(),
+                cookie: *off,
+                entry: self.entry(&st),
+                no_xattrs: !dots && !has_xattrs(dfd, name),
+            });
         }
         Ok(out)
     }
@@ -407,10 +432,61 @@ fn only_regular(st: &libc::stat) -> Result<(), Errno> {
     }
 }
 
+/// Up to `max` (name, cookie) pairs of directory `dfd` from `cookie` on.
+fn read_names(
+    dfd: BorrowedFd<'_>,
+    rel: &[u8],
+    cookie: u64,
+    max: usize,
+    buf: &mut [u8],
+) -> Result<Vec<(Vec<u8>, u64)>, Errno> {
+    sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
+    let mut names = Vec::new();
+    while names.len() < max {
+        let n = getdents64(dfd, buf).errno()?;
+        if n == 0 {
+            break;
+        }
+        for d in Dirents::new(&buf[..n]) {
+            let d = d.map_err(|e| {
+                log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
+                libc::EIO
+            })?;
+            names.push((d.name.to_vec(), d.off as u64));
+            if names.len() >= max {
+                return Ok(names);
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Listing batches at least this long are statted by two threads.
+const PARALLEL_STAT_MIN: usize = 128;
+
+/// Set once `listxattrat(2)` answered `ENOSYS` (a kernel before 6.13).
+static NO_LISTXATTRAT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Whether `dir/name` has extended attributes (false only when the server
-/// is sure it has none). The name is not followed: the `/proc/self/fd`
-/// link reaches the directory itself and `llistxattr` stops at `name`.
+/// is sure it has none). The name is not followed. Asked with
+/// `listxattrat(2)` where the kernel has it: the `/proc/self/fd/N/name`
+/// path of older kernels walks procfs for every entry of a listing, which
+/// cost as much as the entry's `stat`.
 fn has_xattrs(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
+    use std::sync::atomic::Ordering;
+    if !NO_LISTXATTRAT.load(Ordering::Relaxed) {
+        let Ok(c) = cstr(name) else {
+            return true;
+        };
+        match xattr::list_len_at(dir, &c) {
+            Ok(n) => return n != 0,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                NO_LISTXATTRAT.store(true, Ordering::Relaxed);
+            }
+            // An error (no xattr support, a vanished name) is not "sure it has none".
+            Err(_) => return true,
+        }
+    }
     let dir: RawFd = dir.as_raw_fd();
     let Ok(p) = cstr(
         format!("/proc/self/fd/{dir}/")
@@ -423,6 +499,5 @@ fn has_xattrs(dir: BorrowedFd<'_>, name: &[u8]) -> bool {
     ) else {
         return true;
     };
-    // An error (no xattr support, a vanished name) is not "sure it has none".
     !matches!(xattr::llist_len(&p), Ok(0))
 }

@@ -22,9 +22,12 @@ pub(super) struct DirListing {
 
 /// Entries asked from the server per batch.
 const DIR_BATCH: u32 = 1024;
-/// Entries handed to the adapter per readdir call (the kernel's buffer
-/// takes a few dozen; the rest are given back and served again from memory).
-const DIR_HANDOUT: usize = 1024;
+/// Entries handed to the adapter per readdir call. The kernel's buffer is
+/// the caller's `getdents` size (32 KiB from glibc): about 190 readdirplus
+/// entries of short names. Every entry handed out is counted as a lookup
+/// and the ones that did not fit are forgotten again, so handing out the
+/// whole batch each time cost more than the kernel's side of `find`.
+const DIR_HANDOUT: usize = 256;
 /// Key in the missing-xattr cache meaning "no attribute at all" (not a
 /// valid attribute name, which always has a namespace prefix and a dot).
 pub(super) const ANY_XATTR: &[u8] = b"*";
