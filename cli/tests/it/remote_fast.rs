@@ -303,3 +303,62 @@ fn a_directory_of_several_server_batches_lists_every_name_once_even_while_names_
         assert!(unique.contains(&format!("f{i:05}")), "f{i:05} missing");
     }
 }
+
+/// Waits until a pass of `walk` asks the server nothing (notices of the
+/// export's own changes and fetches ahead have settled); panics after 10 s.
+fn settled(f: &Fixture, walk: impl Fn()) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = f.requests();
+        walk();
+        if f.requests() == before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "requests never settled");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn subdirectories_are_listed_ahead_and_a_change_since_is_never_served_from_that_listing() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.e("top")).unwrap();
+    for d in 0..8 {
+        fs::create_dir(f.e(&format!("top/s{d}"))).unwrap();
+        for i in 0..20 {
+            fs::write(f.e(&format!("top/s{d}/f{i}")), b"").unwrap();
+        }
+    }
+    // Listing the top fetches its subdirectories' listings ahead.
+    settled(&f, || {
+        listing(&f.m("top"));
+    });
+    let before = f.requests();
+    for d in 0..8 {
+        let names = listing(&f.m(&format!("top/s{d}")));
+        assert_eq!(names.len(), 20, "s{d}");
+    }
+    assert_eq!(
+        f.requests(),
+        before,
+        "every subdirectory's listing was fetched ahead"
+    );
+    // Fetched ahead again (a change in the top drops the kernel's copy of
+    // its listing), then the export changes: once the mount has the
+    // notice, the listing fetched before it must not be served.
+    fs::write(f.e("top/x"), b"").unwrap();
+    settled(&f, || {
+        listing(&f.m("top"));
+    });
+    fs::write(f.e("top/s3/new"), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        listing(&f.m("top/s3")).contains_key("new"),
+        "a listing fetched before a change was served after its notice"
+    );
+}

@@ -9,7 +9,7 @@ use super::{ProtoError, Reader, Writer, MAX_GROUPS, MAX_NAME, MAX_REL_PATH};
 
 /// Who makes a request: the server acts as this user (after its squash and
 /// map-all rules).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WireCred {
     /// User id.
     pub uid: u32,

@@ -3,10 +3,17 @@
 
 use std::time::Instant;
 
-use hipfs_fusefs::{Credentials, Errno, Ino, Result};
+use std::sync::atomic::Ordering;
+
+use hipfs_fusefs::{Credentials, Errno, FileKind, Ino, Result};
 
 use super::super::super::proto::{DirItem, Op, Payload};
-use super::RemoteFs;
+use super::nodes::join_bytes;
+use super::{wire_cred, RemoteFs};
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
 
 /// One open directory: the last batch fetched from the server, so that the
 /// kernel's small readdir buffers are filled from memory instead of a
@@ -21,7 +28,7 @@ pub(super) struct DirListing {
 }
 
 /// Entries asked from the server per batch.
-const DIR_BATCH: u32 = 1024;
+pub(super) const DIR_BATCH: u32 = 1024;
 /// Entries handed to the adapter per readdir call. The kernel's buffer is
 /// the caller's `getdents` size (32 KiB from glibc): about 190 readdirplus
 /// entries of short names. Every entry handed out is counted as a lookup
@@ -130,13 +137,45 @@ impl RemoteFs {
             let i = i.min(l.items.len());
             return Ok(l.items[i..].iter().take(DIR_HANDOUT).cloned().collect());
         }
-        let (items, eof) = self.fetch_dir(ino, offset, cred)?;
+        let (items, eof) = self.fetch_dir_ahead(ino, offset, cred)?;
         *l = DirListing {
             from: offset,
             items,
             eof,
         };
         Ok(l.items.iter().take(DIR_HANDOUT).cloned().collect())
+    }
+
+    /// A batch of `ino`'s listing from `offset`: the first one fetched
+    /// ahead if it was ([`super::prefetch`]), else from the server. The
+    /// subdirectories it shows are fetched ahead in turn.
+    fn fetch_dir_ahead(
+        &self,
+        ino: Ino,
+        offset: u64,
+        cred: &Credentials,
+    ) -> Result<(Vec<DirItem>, bool)> {
+        // Only change notices keep what was fetched ahead honest.
+        if !self.tracks_fresh_dirs.load(Ordering::Relaxed)
+            || std::env::var_os("HIPFS_AB_NOPREFETCH").is_some()
+        {
+            return self.fetch_dir(ino, offset, cred);
+        }
+        let dir = self.path_of(ino)?;
+        let wire = wire_cred(cred);
+        let ahead = (offset == 0)
+            .then(|| self.prefetch.take(&dir, &wire))
+            .flatten();
+        let (items, eof) = match ahead {
+            Some(got) => got,
+            None => self.fetch_dir(ino, offset, cred)?,
+        };
+        let subdirs = items
+            .iter()
+            .filter(|it| it.entry.attr.kind == FileKind::Directory && !is_dot(&it.name))
+            .map(|it| join_bytes(&dir, &it.name));
+        self.prefetch.want(subdirs, &wire);
+        Ok((items, eof))
     }
 
     pub(super) fn fetch_dir(

@@ -18,6 +18,7 @@ mod fresh_dirs;
 mod head;
 mod nodes;
 mod notices;
+mod prefetch;
 
 pub use notices::ChangeFeed;
 
@@ -76,6 +77,8 @@ pub struct RemoteFs {
     tracks_fresh_dirs: std::sync::atomic::AtomicBool,
     /// The servers reads are spread over (a multi-server mount).
     cluster: Option<Arc<super::cluster::Cluster>>,
+    /// Listings of subdirectories fetched ahead ([`prefetch`]).
+    prefetch: prefetch::Prefetch,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -153,6 +156,7 @@ impl RemoteFs {
         let mut nodes = NodeTable::default();
         nodes.insert_root(ROOT_INO);
         RemoteFs {
+            prefetch: prefetch::Prefetch::new(&client, cache::DIR_BATCH),
             client,
             nodes: RwLock::new(nodes),
             files: RwLock::new(HashMap::new()),

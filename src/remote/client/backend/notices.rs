@@ -75,6 +75,8 @@ impl RemoteFs {
 fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
     while let Ok(first) = rx.recv() {
         let Some(fs) = fs.upgrade() else { return };
+        // Listings fetched ahead may predate these changes.
+        fs.prefetch.changed();
         // Everything queued is applied together: one pass over the table.
         let mut names = Vec::new();
         let mut everything = false;
