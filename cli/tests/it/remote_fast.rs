@@ -324,7 +324,7 @@ fn settled(f: &Fixture, walk: impl Fn()) {
     not(hipfs_fuse),
     ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
 )]
-fn subdirectories_are_listed_ahead_and_a_change_since_is_never_served_from_that_listing() {
+fn a_walk_down_the_tree_finds_listings_fetched_ahead_and_never_one_older_than_a_notice() {
     require_fuse!();
     let f = Fixture::new();
     fs::create_dir(f.e("top")).unwrap();
@@ -334,26 +334,31 @@ fn subdirectories_are_listed_ahead_and_a_change_since_is_never_served_from_that_
             fs::write(f.e(&format!("top/s{d}/f{i}")), b"").unwrap();
         }
     }
-    // Listing the top fetches its subdirectories' listings ahead.
+    // A listing nobody goes down from fetches nothing ahead.
     settled(&f, || {
         listing(&f.m("top"));
     });
     let before = f.requests();
-    for d in 0..8 {
-        let names = listing(&f.m(&format!("top/s{d}")));
-        assert_eq!(names.len(), 20, "s{d}");
-    }
-    assert_eq!(
-        f.requests(),
-        before,
-        "every subdirectory's listing was fetched ahead"
+    assert_eq!(listing(&f.m("top/s5")).len(), 20);
+    assert!(
+        f.requests() > before,
+        "s5 was fetched with no walk under way"
     );
-    // Fetched ahead again (a change in the top drops the kernel's copy of
-    // its listing), then the export changes: once the mount has the
+    // Going down into s5 was a walk: the other subdirectories come ahead.
+    settled(&f, || {});
+    let before = f.requests();
+    for d in (0..8).filter(|d| *d != 5) {
+        assert_eq!(listing(&f.m(&format!("top/s{d}"))).len(), 20, "s{d}");
+    }
+    assert_eq!(f.requests(), before, "the walk's listings were not ready");
+    // Fetched ahead again (changes drop the kernel's copies of the top's
+    // and s0's listings), then the export changes: once the mount has the
     // notice, the listing fetched before it must not be served.
     fs::write(f.e("top/x"), b"").unwrap();
+    fs::write(f.e("top/s0/y"), b"").unwrap();
     settled(&f, || {
         listing(&f.m("top"));
+        listing(&f.m("top/s0"));
     });
     fs::write(f.e("top/s3/new"), b"").unwrap();
     std::thread::sleep(Duration::from_secs(1));

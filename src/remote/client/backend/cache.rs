@@ -147,8 +147,8 @@ impl RemoteFs {
     }
 
     /// A batch of `ino`'s listing from `offset`: the first one fetched
-    /// ahead if it was ([`super::prefetch`]), else from the server. The
-    /// subdirectories it shows are fetched ahead in turn.
+    /// ahead if it was ([`super::prefetch`]), else from the server; told
+    /// to the prefetcher, which fetches ahead when a walk goes down.
     fn fetch_dir_ahead(
         &self,
         ino: Ino,
@@ -173,8 +173,9 @@ impl RemoteFs {
         let subdirs = items
             .iter()
             .filter(|it| it.entry.attr.kind == FileKind::Directory && !is_dot(&it.name))
-            .map(|it| join_bytes(&dir, &it.name));
-        self.prefetch.want(subdirs, &wire);
+            .map(|it| join_bytes(&dir, &it.name))
+            .collect();
+        self.prefetch.listed(&dir, subdirs, &wire);
         Ok((items, eof))
     }
 

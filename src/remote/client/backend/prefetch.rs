@@ -1,9 +1,10 @@
-//! Listings fetched ahead. When a listing handed to the kernel shows
-//! subdirectories, their first batches are asked for in the background, so
-//! a tree walk (`ls -lR`, `find`, `du`, `cp -r`) finds the next directory's
-//! listing ready instead of waiting while the server stats its entries:
-//! the server's work (most of a cold listing's cost) runs beside the
-//! kernel's and the tool's instead of between them.
+//! Listings fetched ahead. When a tree walk (`ls -lR`, `find`, `du`,
+//! `cp -r`) goes down into a directory just listed, the first batches of
+//! that directory's other subdirectories are asked for in the background,
+//! so the walk finds each next listing ready instead of waiting while the
+//! server stats its entries: the server's work (most of a cold listing's
+//! cost) runs beside the kernel's and the tool's instead of between them.
+//! A listing no one goes down from (a plain `ls`) fetches nothing ahead.
 //!
 //! Only mounts that receive change notices fetch ahead, and any notice
 //! drops every listing fetched ahead (and makes those in flight be thrown
@@ -29,6 +30,10 @@ const READY_TTL: Duration = Duration::from_secs(10);
 const IDLE_EXIT: Duration = Duration::from_secs(5);
 /// How long a listing waits for the same directory's fetch in flight.
 const IN_FLIGHT_WAIT: Duration = Duration::from_secs(30);
+/// Directories whose subdirectories are remembered, at most.
+const MAX_RECENT: usize = 64;
+/// How long after its listing a directory counts as being walked.
+const RECENT_TTL: Duration = Duration::from_secs(30);
 
 type Key = (Vec<u8>, WireCred);
 
@@ -51,6 +56,9 @@ struct State {
     epoch: u64,
     held_items: usize,
     fetching: bool,
+    /// Directories listed lately → their subdirectories, until a walk
+    /// goes down into one of them.
+    recent: HashMap<Key, (Instant, Vec<Vec<u8>>)>,
 }
 
 struct Shared {
@@ -86,9 +94,45 @@ impl Prefetch {
         }
     }
 
-    /// Queues the first batches of the directories at `paths`, as `cred`.
-    pub(super) fn want(&self, paths: impl IntoIterator<Item = Vec<u8>>, cred: &WireCred) {
+    /// A batch of `dir`'s listing showing the subdirectories `subdirs`
+    /// was handed out to `cred`. When `dir`'s parent was listed lately, a
+    /// walk is going down the tree: its other subdirectories are fetched.
+    pub(super) fn listed(&self, dir: &[u8], subdirs: Vec<Vec<u8>>, cred: &WireCred) {
         let mut st = self.shared.lock();
+        let parent = match dir.iter().rposition(|&b| b == b'/') {
+            Some(i) => dir[..i].to_vec(),
+            None => Vec::new(),
+        };
+        let walked = (!dir.is_empty())
+            .then(|| st.recent.remove(&(parent, cred.clone())))
+            .flatten()
+            .filter(|(at, _)| at.elapsed() < RECENT_TTL);
+        if !subdirs.is_empty() {
+            if st.recent.len() >= MAX_RECENT {
+                st.recent.retain(|_, (at, _)| at.elapsed() < RECENT_TTL);
+                if st.recent.len() >= MAX_RECENT {
+                    st.recent.clear();
+                }
+            }
+            st.recent
+                .entry((dir.to_vec(), cred.clone()))
+                .or_insert_with(|| (Instant::now(), Vec::new()))
+                .1
+                .extend(subdirs);
+        }
+        if let Some((_, siblings)) = walked {
+            let ahead = siblings.into_iter().filter(|p| p.as_slice() != dir);
+            self.queue(st, ahead, cred);
+        }
+    }
+
+    /// Queues the first batches of the directories at `paths`, as `cred`.
+    fn queue(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        paths: impl IntoIterator<Item = Vec<u8>>,
+        cred: &WireCred,
+    ) {
         let before = st.queue.len();
         for path in paths {
             if st.slots.len() >= MAX_SLOTS {
