@@ -4,15 +4,20 @@
 #   1. cli/tests/it/remote_verbs_vm.rs: a verbs-only server on rxe0, a FUSE mount
 #      with transport=verbs, UserspaceFs reads/writes into host memory at
 #      random offsets checked against the exported file, rxe0 packet counters;
-#   2. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
-#      transport=verbs` as separate processes, a file compared through the mount.
+#   2. cli/tests/it/remote_verbs_device_vm.rs: the same into device memory
+#      (the dmabuf-test runtime: vgem dumb buffers), which rxe0 refuses as a
+#      dmabuf and as peer memory, so reads and writes stage, every step
+#      logged and counted;
+#   3. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
+#      transport=verbs` as separate processes, a file compared through the
+#      mount, and `hipfs check`'s registration probes (host and device memory).
 # Builds on the host, runs in the VM (the host root is shared read-only).
-# Exit status: 0 only if both steps passed. Needs root (see run-in-vm.sh).
+# Exit status: 0 only if every step passed. Needs root (see run-in-vm.sh).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
-# Step 2, inside the VM: ci-remote-verbs.sh --guest-cli HIPFS_BIN
+# Step 3, inside the VM: ci-remote-verbs.sh --guest-cli HIPFS_BIN
 if [ "${1:-}" = "--guest-cli" ]; then
   BIN=$2
   [ "${HIPFS_VM:-}" = 1 ] || { echo "--guest-cli runs inside the VM only" >&2; exit 2; }
@@ -46,6 +51,17 @@ if [ "${1:-}" = "--guest-cli" ]; then
   grep -qE "^rdma rxe0 gpu memory .*dmabuf \[host dmabuf[^]]*\]: (refused|accepted)" "$D.check" ||
     { echo "hipfs check did not offer rxe0 a dmabuf:"; cat "$D.check"; exit 1; }
   echo "cli: hipfs check offered rxe0 a real dmabuf and got its answer"
+  # With device memory (the dmabuf-test runtime: vgem dumb buffers mapped
+  # into the process) the probe exports a device allocation and offers
+  # rxe0 both its dmabuf and its address (peer memory). rxe implements no
+  # dmabuf registration, and vgem's mapping is VM_PFNMAP, which ibv_reg_mr
+  # cannot pin: both are refused, and each refusal is reported.
+  HIPFS_GPU_RUNTIME=dmabuf-test "$BIN" check "$D" > "$D.check-dev" 2>&1 || true
+  grep -E "^gpu|^rdma .*gpu memory" "$D.check-dev" || true
+  grep -qE "^gpu dmabuf export +ok +device memory exports as a dmabuf" "$D.check-dev" &&
+    grep -qE "^rdma rxe0 gpu memory .*dmabuf \[device\]: refused \(.*\); peer memory: refused \(.*\)" "$D.check-dev" ||
+    { echo "hipfs check with device memory did not report both probes on rxe0:"; cat "$D.check-dev"; exit 1; }
+  echo "cli: hipfs check offered rxe0 device memory as a dmabuf and by address (peer memory); both answered"
   exit 0
 fi
 
@@ -68,6 +84,10 @@ fail=0
 echo "== UserspaceFs over verbs (cli/tests/it/remote_verbs_vm.rs) in the soft-RoCE VM"
 # One thread: each test boots a server and a mount; two vCPUs under TCG.
 "$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_vm:: --test-threads=1 --nocapture || fail=1
+
+echo "== device memory over verbs (cli/tests/it/remote_verbs_device_vm.rs, HIPFS_GPU_RUNTIME=dmabuf-test) in the soft-RoCE VM"
+# A process of its own: the GPU runtime is chosen once per process.
+"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e HIPFS_GPU_RUNTIME=dmabuf-test -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_device_vm:: --test-threads=1 --nocapture || fail=1
 
 echo "== hipfs serve/mount --transport verbs (CLI) in the soft-RoCE VM"
 "$HERE/run-in-vm.sh" -t 300 -- "$HERE/ci-remote-verbs.sh" --guest-cli "$HIPFS" || fail=1

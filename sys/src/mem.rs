@@ -143,88 +143,9 @@ pub fn host_dmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
 }
 
 /// A dmabuf of a DRM dumb buffer (at least `len` bytes) from the first
-/// `/dev/dri/card*` that makes one.
+/// `/dev/dri/card*` that makes one; the dmabuf keeps the memory alive.
 fn drm_dumb_dmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    #[repr(C)]
-    #[derive(Default)]
-    struct CreateDumb {
-        height: u32,
-        width: u32,
-        bpp: u32,
-        flags: u32,
-        handle: u32,
-        pitch: u32,
-        size: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct PrimeHandle {
-        handle: u32,
-        flags: u32,
-        fd: i32,
-    }
-    // _IOWR('d', 0xB2, struct drm_mode_create_dumb) and
-    // _IOWR('d', 0x2D, struct drm_prime_handle).
-    const CREATE_DUMB: u32 = (3 << 30) | (32 << 16) | ((b'd' as u32) << 8) | 0xB2;
-    const PRIME_HANDLE_TO_FD: u32 = (3 << 30) | (12 << 16) | ((b'd' as u32) << 8) | 0x2D;
-    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
-    let cards = std::fs::read_dir("/dev/dri")?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("card"));
-    for card in cards {
-        let dev = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(card.path())
-        {
-            Ok(d) => d,
-            Err(e) => {
-                last = e;
-                continue;
-            }
-        };
-        // One row of 4-byte pixels per 4 KiB page, 1024 pixels wide.
-        let rows = len.div_ceil(4096).max(1);
-        let mut dumb = CreateDumb {
-            height: u32::try_from(rows).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
-            width: 1024,
-            bpp: 32,
-            ..Default::default()
-        };
-        // SAFETY: the request's encoded size is that of `dumb`, which the
-        // kernel reads and writes; it lives across the call.
-        if let Err(e) = crate::cvt(unsafe {
-            libc::ioctl(
-                dev.as_raw_fd(),
-                CREATE_DUMB as _,
-                &mut dumb as *mut CreateDumb,
-            )
-        }) {
-            last = e;
-            continue;
-        }
-        let mut prime = PrimeHandle {
-            handle: dumb.handle,
-            flags: (libc::O_CLOEXEC | libc::O_RDWR) as u32,
-            fd: -1,
-        };
-        // SAFETY: as above, for `prime`.
-        match crate::cvt(unsafe {
-            libc::ioctl(
-                dev.as_raw_fd(),
-                PRIME_HANDLE_TO_FD as _,
-                &mut prime as *mut PrimeHandle,
-            )
-        }) {
-            // SAFETY: the kernel returned a new dmabuf fd nobody else owns
-            // (it keeps the buffer alive after the card's fd closes).
-            Ok(_) if prime.fd >= 0 => return Ok(unsafe { OwnedFd::from_raw_fd(prime.fd) }),
-            Ok(_) => last = io::Error::from_raw_os_error(libc::EIO),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+    crate::drm::DumbBuffer::new(len, false)?.export_dmabuf()
 }
 
 /// A dmabuf from `/dev/udmabuf` over a sealed memfd of `len` bytes.
