@@ -73,7 +73,8 @@ impl DumbBuffer {
     /// read-write into this process. The error is the last card's.
     pub fn new(len: usize, mapped: bool) -> io::Result<DumbBuffer> {
         let mut last = io::Error::new(io::ErrorKind::NotFound, "no /dev/dri/card* device");
-        let mut cards: Vec<_> = std::fs::read_dir("/dev/dri")?
+        let mut cards: Vec<_> = std::fs::read_dir("/dev/dri")
+            .map_err(|e| io::Error::new(e.kind(), format!("/dev/dri: {e}")))?
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name().to_string_lossy().starts_with("card"))
             .map(|e| e.path())
