@@ -52,6 +52,15 @@ pub(crate) struct BufferRegion {
     _device: Option<super::device_reg::DeviceRegion>,
 }
 
+impl BufferRegion {
+    /// Whether this is a remembered refusal (device memory the link's NIC
+    /// would not register).
+    #[cfg(test)]
+    pub(crate) fn is_refusal(&self) -> bool {
+        self.region.is_none()
+    }
+}
+
 /// Most receive buffers kept per link.
 const MAX_RECV_BUFS: usize = 32;
 
