@@ -10,7 +10,9 @@
 #      logged and counted;
 #   3. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
 #      transport=verbs` as separate processes, a file compared through the
-#      mount, and `hipfs check`'s registration probes (host and device memory).
+#      mount, `hipfs bench read --gpu` of it into dmabuf-test device memory
+#      (OPAQUE_FD, the mount's direct path), and `hipfs check`'s
+#      registration probes (host and device memory).
 # Builds on the host, runs in the VM (the host root is shared read-only).
 # Exit status: 0 only if every step passed. Needs root (see run-in-vm.sh).
 set -euo pipefail
@@ -42,6 +44,22 @@ if [ "${1:-}" = "--guest-cli" ]; then
   echo "cli: 3000017 bytes read through 'hipfs mount -o transport=verbs' match ($(python3 -c "print(f'{3000017/($t1-$t0)/1e6:.1f}')") MB/s)"
   echo "through the mount" > "$M/g" && [ "$(cat "$D/g")" = "through the mount" ] || { echo "write through the verbs mount lost"; exit 1; }
   echo "cli: a write through the mount reached the export"
+  # Device memory through the mount's direct path (OPAQUE_FD): the bench
+  # reads the file into a dmabuf-test allocation and checks every byte. The
+  # allocation is offered to rxe0 as a dmabuf (refused), then by address
+  # (peer memory; refused: vgem maps VM_PFNMAP), then the read stages
+  # through pinned host memory: each step is logged, and counted in the
+  # stats printed at exit.
+  HIPFS_GPU_RUNTIME=dmabuf-test HIPFS_STATS=1 RUST_LOG=hipfs=info \
+    "$BIN" bench read "$M/f" --gpu --repeats 1 > "$D.bench" 2>&1 ||
+    { echo "hipfs bench read --gpu through the verbs mount failed:"; cat "$D.bench"; exit 1; }
+  grep -E "GPU runtime|device memory|^remote|bench read" "$D.bench" | awk '!seen[$0]++'
+  grep -q "device memory registration: the NIC refused the dmabuf of 3000017 bytes" "$D.bench" &&
+    grep -q "(peer memory) failed: .*; staging through pinned host memory" "$D.bench" &&
+    grep -qE "^device memory registrations: 0 dmabuf, 0 peer memory, [1-9][0-9]* staged \(refused: [1-9][0-9]* dmabuf, [1-9][0-9]* peer memory\)" "$D.bench" &&
+    grep -qE "^remote +3000017 " "$D.bench" ||
+    { echo "the device-memory read did not log and count dmabuf refused, peer memory refused, staged:"; cat "$D.bench"; exit 1; }
+  echo "cli: 3000017 bytes read into device memory through the verbs mount's direct path: dmabuf and peer memory refused by rxe0, staged, every byte checked"
   "$BIN" umount "$M"
   # The device-memory registration probe on rxe0: a real dmabuf (a vgem
   # dumb buffer: this kernel has no udmabuf) is offered to the NIC, which
