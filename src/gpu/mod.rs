@@ -1022,7 +1022,8 @@ static RUNTIME: OnceLock<Box<dyn GpuRuntime>> = OnceLock::new();
 /// The runtime in use: the first compiled-in GPU runtime that finds a device,
 /// else `host`. `HIPFS_GPU_RUNTIME=host|cuda|hip` picks one explicitly, and
 /// `HIPFS_GPU_RUNTIME=dmabuf-test` the test runtime whose device memory is
-/// DRM dumb buffers (see `dumb.rs`; never chosen otherwise).
+/// DRM dumb buffers, `pinnable-test` the same with pinnable pages (see
+/// `dumb.rs`; never chosen otherwise).
 pub fn runtime() -> &'static dyn GpuRuntime {
     RUNTIME.get_or_init(select).as_ref()
 }
@@ -1090,15 +1091,21 @@ fn choose(wanted: Option<&str>) -> (Box<dyn GpuRuntime>, String) {
         );
     }
     let mut tried = Vec::new();
-    if wanted == Some(dumb::NAME) {
-        match dumb::DumbRuntime::probe() {
+    if let Some(w) = wanted.filter(|w| [dumb::NAME, dumb::NAME_PINNABLE].contains(w)) {
+        let pinnable = w == dumb::NAME_PINNABLE;
+        match dumb::DumbRuntime::probe(pinnable) {
             Ok(rt) => {
+                let what = if pinnable {
+                    "device memory of anonymous shared pages, pinnable by any NIC, for tests"
+                } else {
+                    "dmabuf-backed device memory from DRM dumb buffers, for tests"
+                };
                 return (
                     Box::new(rt),
-                    format!("GPU runtime: {} (dmabuf-backed device memory from DRM dumb buffers, for tests; HIPFS_GPU_RUNTIME={})", dumb::NAME, dumb::NAME),
-                )
+                    format!("GPU runtime: {w} ({what}; HIPFS_GPU_RUNTIME={w})"),
+                );
             }
-            Err(why) => tried.push(format!("{}: {why}", dumb::NAME)),
+            Err(why) => tried.push(format!("{w}: {why}")),
         }
     }
     for (name, probe) in candidates() {
@@ -1114,9 +1121,9 @@ fn choose(wanted: Option<&str>) -> (Box<dyn GpuRuntime>, String) {
             Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
-    if let Some(w) =
-        wanted.filter(|w| *w != dumb::NAME && !candidates().iter().any(|(n, _)| n == w))
-    {
+    if let Some(w) = wanted.filter(|w| {
+        ![dumb::NAME, dumb::NAME_PINNABLE].contains(w) && !candidates().iter().any(|(n, _)| n == w)
+    }) {
         tried.push(format!("HIPFS_GPU_RUNTIME={w} is not compiled in"));
     }
     let detail = if tried.is_empty() {

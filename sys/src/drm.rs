@@ -8,9 +8,9 @@
 //! `pin_user_pages` refuses, as it refuses a GPU BAR without a peer-memory
 //! client. The test-only GPU runtime of the core crate is built on it.
 
+use crate::mem::SharedMap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 #[repr(C)]
 #[derive(Default)]
@@ -58,14 +58,8 @@ pub struct DumbBuffer {
     card: OwnedFd,
     handle: u32,
     size: usize,
-    map: Option<NonNull<u8>>,
+    map: Option<SharedMap>,
 }
-
-// SAFETY: the buffer and its mapping are owned by this value alone; the
-// methods that write the mapping take `&mut self`.
-unsafe impl Send for DumbBuffer {}
-// SAFETY: shared references only read the mapping or hand out its address.
-unsafe impl Sync for DumbBuffer {}
 
 impl DumbBuffer {
     /// A dumb buffer of at least `len` bytes (whole 4 KiB pages) from the
@@ -150,25 +144,7 @@ impl DumbBuffer {
         })?;
         let offset = libc::off_t::try_from(arg.offset)
             .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-        // SAFETY: a new shared mapping of the buffer at the offset the
-        // kernel gave for it; no existing memory is touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                self.size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.card.as_raw_fd(),
-                offset,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        self.map = NonNull::new(p.cast::<u8>());
-        if self.map.is_none() {
-            return Err(io::Error::other("mmap of a dumb buffer gave NULL"));
-        }
+        self.map = Some(SharedMap::of_fd(self.card.as_fd(), self.size, offset)?);
         Ok(())
     }
 
@@ -182,10 +158,14 @@ impl DumbBuffer {
         self.size == 0
     }
 
-    /// The mapping's first byte as an address (for the runtime's pointer
-    /// table and for a NIC registration); `None` when not mapped.
-    pub fn addr(&self) -> Option<usize> {
-        self.map.map(|p| p.as_ptr() as usize)
+    /// The mapping (`None` when not mapped).
+    pub fn mapping(&self) -> Option<&SharedMap> {
+        self.map.as_ref()
+    }
+
+    /// The mapping, to write through (`None` when not mapped).
+    pub fn mapping_mut(&mut self) -> Option<&mut SharedMap> {
+        self.map.as_mut()
     }
 
     /// The whole buffer as a new dmabuf (read-write, close-on-exec).
@@ -210,84 +190,12 @@ impl DumbBuffer {
         // SAFETY: the kernel returned a new dmabuf fd nobody else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(prime.fd) })
     }
-
-    fn span(&self, off: usize, len: usize) -> io::Result<*mut u8> {
-        let map = self
-            .map
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "dumb buffer not mapped"))?;
-        match off.checked_add(len) {
-            // SAFETY: off <= size, inside (or one past) the mapping.
-            Some(end) if end <= self.size => Ok(unsafe { map.as_ptr().add(off) }),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{len} bytes at {off} pass the end of a {}-byte dumb buffer",
-                    self.size
-                ),
-            )),
-        }
-    }
-
-    /// Copies `src` into the mapping at `off`.
-    pub fn write_at(&mut self, off: usize, src: &[u8]) -> io::Result<()> {
-        let dst = self.span(off, src.len())?;
-        // SAFETY: dst..dst+len lies in our mapping (checked), which `&mut
-        // self` lets no other method of this value use meanwhile; `src` is
-        // a distinct live slice (it cannot alias a mapping only this value
-        // hands out by address).
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-        Ok(())
-    }
-
-    /// Copies `dst.len()` bytes of the mapping at `off` into `dst`.
-    pub fn read_at(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
-        let src = self.span(off, dst.len())?;
-        // SAFETY: src..src+len lies in our mapping (checked); writers of it
-        // hold `&mut self`, so none runs now (a NIC writing it through a
-        // registration is a device, as for GPU memory).
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-
-    /// Sets `len` bytes of the mapping at `off` to `byte`.
-    pub fn fill(&mut self, off: usize, len: usize, byte: u8) -> io::Result<()> {
-        let dst = self.span(off, len)?;
-        // SAFETY: as in write_at.
-        unsafe { std::ptr::write_bytes(dst, byte, len) };
-        Ok(())
-    }
-
-    /// Copies `len` bytes from `src` into the mapping at `off`.
-    ///
-    /// # Safety
-    /// `src..src+len` must be readable memory that nothing writes during
-    /// the call.
-    pub unsafe fn write_from(&mut self, off: usize, src: *const u8, len: usize) -> io::Result<()> {
-        let dst = self.span(off, len)?;
-        // SAFETY: dst as in write_at; src is the caller's promise.
-        unsafe { std::ptr::copy(src, dst, len) };
-        Ok(())
-    }
-
-    /// Copies `len` bytes of the mapping at `off` to `dst`.
-    ///
-    /// # Safety
-    /// `dst..dst+len` must be writable memory that nothing else reads or
-    /// writes during the call.
-    pub unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) -> io::Result<()> {
-        let src = self.span(off, len)?;
-        // SAFETY: src as in read_at; dst is the caller's promise.
-        unsafe { std::ptr::copy(src, dst, len) };
-        Ok(())
-    }
 }
 
 impl Drop for DumbBuffer {
     fn drop(&mut self) {
-        if let Some(p) = self.map.take() {
-            // SAFETY: the mapping made in map(), owned by us alone.
-            unsafe { libc::munmap(p.as_ptr().cast(), self.size) };
-        }
+        // Unmapped before the handle goes.
+        self.map = None;
         let mut handle = self.handle;
         // SAFETY: the argument is the 4-byte handle the request encodes;
         // the memory lives on while a dmabuf of it is open.
