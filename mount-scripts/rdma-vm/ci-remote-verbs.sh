@@ -4,10 +4,11 @@
 #   1. cli/tests/it/remote_verbs_vm.rs: a verbs-only server on rxe0, a FUSE mount
 #      with transport=verbs, UserspaceFs reads/writes into host memory at
 #      random offsets checked against the exported file, rxe0 packet counters;
-#   2. cli/tests/it/remote_verbs_device_vm.rs: the same into device memory
-#      (the dmabuf-test runtime: vgem dumb buffers), which rxe0 refuses as a
-#      dmabuf and as peer memory, so reads and writes stage, every step
-#      logged and counted;
+#   2. cli/tests/it/remote_verbs_device_vm.rs: the same into device memory:
+#      of the dmabuf-test runtime (vgem dumb buffers), which rxe0 refuses as
+#      a dmabuf and as peer memory, so reads and writes stage, every step
+#      logged and counted; and of the pinnable-test runtime, registered by
+#      address, which the server RDMA-WRITEs into with nothing staged;
 #   3. the CLI: `hipfs serve --transport verbs` and `hipfs mount -o
 #      transport=verbs` as separate processes, a file compared through the
 #      mount, `hipfs bench read --gpu` of it into dmabuf-test device memory
@@ -103,9 +104,11 @@ echo "== UserspaceFs over verbs (cli/tests/it/remote_verbs_vm.rs) in the soft-Ro
 # One thread: each test boots a server and a mount; two vCPUs under TCG.
 "$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_vm:: --test-threads=1 --nocapture || fail=1
 
-echo "== device memory over verbs (cli/tests/it/remote_verbs_device_vm.rs, HIPFS_GPU_RUNTIME=dmabuf-test) in the soft-RoCE VM"
-# A process of its own: the GPU runtime is chosen once per process.
-"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e HIPFS_GPU_RUNTIME=dmabuf-test -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_device_vm:: --test-threads=1 --nocapture || fail=1
+# Processes of their own: the GPU runtime is chosen once per process.
+echo "== device memory over verbs, refused (remote_verbs_device_vm.rs, HIPFS_GPU_RUNTIME=dmabuf-test) in the soft-RoCE VM"
+"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e HIPFS_GPU_RUNTIME=dmabuf-test -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_device_vm::vgem_ --test-threads=1 --nocapture || fail=1
+echo "== device memory over verbs, registered (remote_verbs_device_vm.rs, HIPFS_GPU_RUNTIME=pinnable-test) in the soft-RoCE VM"
+"$HERE/run-in-vm.sh" -t 600 -e HIPFS_VM=1 -e HIPFS_GPU_RUNTIME=pinnable-test -e RUST_BACKTRACE=1 -- "$TEST" remote_verbs_device_vm::pinnable_ --test-threads=1 --nocapture || fail=1
 
 echo "== hipfs serve/mount --transport verbs (CLI) in the soft-RoCE VM"
 "$HERE/run-in-vm.sh" -t 300 -- "$HERE/ci-remote-verbs.sh" --guest-cli "$HIPFS" || fail=1

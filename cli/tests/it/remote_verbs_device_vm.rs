@@ -12,8 +12,15 @@
 //!    which is copied into the dumb buffer. The link remembers the refusal,
 //!    so later reads into the buffer do not ask the NIC again.
 //!
-//! Run by mount-scripts/rdma-vm/ci-remote-verbs.sh in a VM of its own, with
-//! `HIPFS_GPU_RUNTIME=dmabuf-test` (the runtime is chosen once per process).
+//! The `pinnable_` tests run the other way to its end: with the
+//! `pinnable-test` runtime (anonymous shared pages: no dmabuf exporter, and
+//! pinnable, as GPU memory is with a peer-memory client) the address is
+//! registered and the server RDMA-WRITEs reads straight into device memory,
+//! nothing staged.
+//!
+//! Run by mount-scripts/rdma-vm/ci-remote-verbs.sh, each group in a VM of
+//! its own with `HIPFS_GPU_RUNTIME=dmabuf-test` (`vgem_` tests) or
+//! `pinnable-test` (`pinnable_` tests): the runtime is chosen once per process.
 
 use std::fs;
 use std::sync::{Mutex, OnceLock};
@@ -68,8 +75,8 @@ fn device_log() -> Vec<String> {
     LOG.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
-/// Why these tests cannot run here, with the runtime they need.
-fn require_device_vm() {
+/// Panics unless in the VM with the GPU runtime `name`.
+fn require_device_vm(name: &str) {
     if let Some(why) = not_in_vm() {
         panic!("{why}; these tests are ignored outside the VM unless HIPFS_REQUIRE_VERBS=1");
     }
@@ -78,8 +85,8 @@ fn require_device_vm() {
     let rt = gpu::runtime();
     assert_eq!(
         rt.name(),
-        "dmabuf-test",
-        "needs HIPFS_GPU_RUNTIME=dmabuf-test and vgem ({})",
+        name,
+        "needs HIPFS_GPU_RUNTIME={name} ({})",
         gpu::selection_message()
     );
 }
@@ -115,9 +122,9 @@ fn assert_refused_twice_then_staged(d: &DeviceRegistrations, what: &str) {
     not(hipfs_verbs),
     ignore = "needs an RDMA device: run in the soft-RoCE VM (mount-scripts/rdma-vm/; HIPFS_REQUIRE_VERBS=1)"
 )]
-fn device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_and_reads_stage_into_it()
-{
-    require_device_vm();
+fn vgem_device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_and_reads_stage_into_it(
+) {
+    require_device_vm("dmabuf-test");
     let rt = gpu::runtime();
     let _d = Driver::open().unwrap();
     let fx = VerbsFixture::new();
@@ -236,8 +243,8 @@ fn device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_and_r
     not(hipfs_verbs),
     ignore = "needs an RDMA device: run in the soft-RoCE VM (mount-scripts/rdma-vm/; HIPFS_REQUIRE_VERBS=1)"
 )]
-fn writes_from_device_memory_over_rxe_stage_through_host_memory_and_land_in_the_file() {
-    require_device_vm();
+fn vgem_device_memory_writes_over_rxe_stage_through_host_memory_and_land_in_the_file() {
+    require_device_vm("dmabuf-test");
     let rt = gpu::runtime();
     let _d = Driver::open().unwrap();
     let fx = VerbsFixture::new();
@@ -279,4 +286,136 @@ fn writes_from_device_memory_over_rxe_stage_through_host_memory_and_land_in_the_
     eprintln!(
         "verbs: {moved} bytes written from device memory in 6 writes, {staged} staged chunks"
     );
+}
+
+/// Reads of `data` (the file behind `fh`) at random offsets and sizes into
+/// `dev` through `buf`, each checked against the file; the bytes moved.
+fn random_reads_into_device(
+    fh: &hipfs::FileHandle,
+    buf: &mut Buffer,
+    dev: &DeviceAllocation,
+    data: &[u8],
+    seed: u64,
+    rounds: usize,
+) -> usize {
+    let size = data.len();
+    let mut host = vec![0u8; dev.len()];
+    let mut x = seed;
+    let mut moved = 0;
+    for i in 0..rounds {
+        let n_want = (lcg(&mut x) % (1 << 20)) as usize + 1;
+        let off = lcg(&mut x) % (size - 1) as u64;
+        let boff = (lcg(&mut x) % 65536) as usize;
+        let n = fh.read(buf, n_want, off as i64, boff as i64).unwrap();
+        let expect = &data[off as usize..(off as usize + n_want).min(size)];
+        assert_eq!(n, expect.len(), "read {i}: {n_want} bytes at {off}");
+        dev.read(boff, &mut host[..n]).unwrap();
+        assert!(
+            host[..n] == *expect,
+            "read {i}: {n} bytes at {off} into device offset {boff} differ from the file"
+        );
+        moved += n;
+    }
+    moved
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_verbs),
+    ignore = "needs an RDMA device: run in the soft-RoCE VM (mount-scripts/rdma-vm/; HIPFS_REQUIRE_VERBS=1)"
+)]
+fn pinnable_device_memory_is_registered_by_address_and_the_server_rdma_writes_reads_straight_into_it(
+) {
+    require_device_vm("pinnable-test");
+    let rt = gpu::runtime();
+    let _d = Driver::open().unwrap();
+    let fx = VerbsFixture::new();
+    let size = (3 << 20) + 999;
+    let data = pattern(63, size);
+    fs::write(fx.e("data"), &data).unwrap();
+    let fh = open_us(&fx.m("data"), libc::O_RDONLY);
+
+    // A registered buffer (RDMA_REGISTER): the runtime has no dmabuf to
+    // offer, so the address is registered (peer memory) at once.
+    let mut dev = DeviceAllocation::new(rt, 0, 4 << 20).unwrap();
+    dev.fill(0xee).unwrap();
+    let before = device_registrations();
+    let buf = Buffer::from_device(&dev, RDMA_REGISTER);
+    buf.register().unwrap();
+    let at_register = device_registrations();
+    let d = delta(&before, &at_register);
+    eprintln!("registration: {d:?}");
+    assert!(
+        d.dmabuf_refused >= 1 && d.peer_memory == d.dmabuf_refused,
+        "{d:?}"
+    );
+    assert_eq!(
+        (d.dmabuf, d.peer_memory_refused, d.staged),
+        (0, 0, 0),
+        "{d:?}"
+    );
+
+    let mut buf = buf;
+    let remote = hipfs::stats::snapshot().remote;
+    hipfs::io::bounce_pool::take_profile();
+    let pkts = rxe_sent_pkts();
+    let moved = random_reads_into_device(&fh, &mut buf, &dev, &data, 17, 8);
+    let staged = hipfs::io::bounce_pool::take_profile().chunks;
+    let d = delta(&at_register, &device_registrations());
+    eprintln!("8 reads into the registered buffer: {moved} bytes, {staged} staged chunks, registrations {d:?}");
+    assert_eq!(staged, 0, "reads into registered device memory were staged");
+    assert_eq!(
+        d,
+        DeviceRegistrations::default(),
+        "the registration is reused"
+    );
+    assert_eq!(
+        hipfs::stats::snapshot().remote.read_bytes - remote.read_bytes,
+        moved as u64
+    );
+    let sent = rxe_sent_pkts() - pkts;
+    assert!(
+        sent >= (moved / 4096) as u64,
+        "rxe0 sent only {sent} packets for {moved} bytes"
+    );
+    drop(buf);
+
+    // An allocation nobody registered: the client registers it on first
+    // use (the allocation cache) and reuses that registration.
+    let other = DeviceAllocation::new(rt, 0, 2 << 20).unwrap();
+    let mut plain = Buffer::from_device(&other, 0);
+    let before = device_registrations();
+    hipfs::io::bounce_pool::take_profile();
+    let moved = random_reads_into_device(&fh, &mut plain, &other, &data, 18, 6);
+    let staged = hipfs::io::bounce_pool::take_profile().chunks;
+    let d = delta(&before, &device_registrations());
+    eprintln!("6 reads into an unregistered allocation: {moved} bytes, {staged} staged chunks, registrations {d:?}");
+    assert_eq!(
+        staged, 0,
+        "reads into registrable device memory were staged"
+    );
+    assert_eq!(
+        (
+            d.dmabuf_refused,
+            d.peer_memory,
+            d.dmabuf,
+            d.peer_memory_refused,
+            d.staged
+        ),
+        (1, 1, 0, 0, 0),
+        "registered once, on the first read"
+    );
+
+    let lines = device_log();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("did not export") && l.contains("as a dmabuf")),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("(peer memory) failed")),
+        "{lines:#?}"
+    );
+    eprintln!("{}", hipfs::stats::snapshot());
 }
