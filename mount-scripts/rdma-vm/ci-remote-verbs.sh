@@ -81,6 +81,13 @@ if [ "${1:-}" = "--guest-cli" ]; then
     grep -qE "^rdma rxe0 gpu memory .*dmabuf \[device\]: refused \(.*\); peer memory: refused \(.*\)" "$D.check-dev" ||
     { echo "hipfs check with device memory did not report both probes on rxe0:"; cat "$D.check-dev"; exit 1; }
   echo "cli: hipfs check offered rxe0 device memory as a dmabuf and by address (peer memory); both answered"
+  # Pinnable device memory (pinnable-test: no dmabuf exporter, so the probe
+  # offers the host dmabuf) is registered by address: the probe says so.
+  HIPFS_GPU_RUNTIME=pinnable-test "$BIN" check "$D" > "$D.check-pin" 2>&1 || true
+  grep -E "^gpu|^rdma .*gpu memory" "$D.check-pin" || true
+  grep -qE "^rdma rxe0 gpu memory +ok +dmabuf \[host dmabuf[^]]*\]: refused \(.*\); peer memory: accepted$" "$D.check-pin" ||
+    { echo "hipfs check with pinnable device memory did not report peer memory accepted on rxe0:"; cat "$D.check-pin"; exit 1; }
+  echo "cli: hipfs check: rxe0 registers pinnable device memory by address (peer memory accepted)"
   exit 0
 fi
 
