@@ -65,7 +65,8 @@ struct Allocation {
     buf: Arc<Mutex<Memory>>,
 }
 
-/// Device memory of DRM dumb buffers (see the module doc).
+/// Device memory of DRM dumb buffers, or of pinnable pages (see the
+/// module doc).
 pub struct DumbRuntime {
     /// `pinnable-test`: allocations are anonymous shared pages.
     pinnable: bool,
@@ -82,13 +83,6 @@ pub struct DumbRuntime {
 
 fn sys_err(e: std::io::Error, what: &str) -> Error {
     Error::system(e.raw_os_error().unwrap_or(libc::EIO), what)
-}
-
-fn not_device(ptr: u64, len: usize) -> Error {
-    Error::new(
-        OpError::HipMemoryTypeInvalid,
-        format!("{len} bytes at {ptr:#x} are not one allocation of the {NAME} runtime"),
-    )
 }
 
 impl DumbRuntime {
@@ -110,18 +104,28 @@ impl DumbRuntime {
         })
     }
 
+    fn not_device(&self, ptr: u64, len: usize) -> Error {
+        Error::new(
+            OpError::HipMemoryTypeInvalid,
+            format!(
+                "{len} bytes at {ptr:#x} are not one allocation of the {} runtime",
+                self.name()
+            ),
+        )
+    }
+
     /// The allocation holding `[ptr, ptr + len)`: its base, id and memory.
     fn find(&self, ptr: u64, len: usize) -> Result<(usize, u64, Arc<Mutex<Memory>>)> {
-        let addr = usize::try_from(ptr).map_err(|_| not_device(ptr, len))?;
+        let addr = usize::try_from(ptr).map_err(|_| self.not_device(ptr, len))?;
         let device = self.device.lock().unwrap_or_else(|p| p.into_inner());
         let (&base, a) = device
             .range(..=addr)
             .next_back()
-            .ok_or_else(|| not_device(ptr, len))?;
+            .ok_or_else(|| self.not_device(ptr, len))?;
         let size = size_of(&a.buf);
         match addr.checked_add(len) {
             Some(end) if end <= base + size => Ok((base, a.id, a.buf.clone())),
-            _ => Err(not_device(ptr, len)),
+            _ => Err(self.not_device(ptr, len)),
         }
     }
 
@@ -205,7 +209,10 @@ impl GpuRuntime for DumbRuntime {
         if device != 0 {
             return Err(Error::new(
                 OpError::InvalidValue,
-                format!("the {NAME} runtime has device 0 only, not {device}"),
+                format!(
+                    "the {} runtime has device 0 only, not {device}",
+                    self.name()
+                ),
             ));
         }
         Ok(DeviceGuard::new(None))
