@@ -158,8 +158,9 @@ impl SharedMap {
         SharedMap::made(p, len)
     }
 
-    /// `len` bytes of `fd` at `offset`, mapped shared read-write.
-    pub fn of_fd(
+    /// `len` bytes of `fd` at `offset`, mapped shared read-write (for
+    /// device memory behind a descriptor: see `drm`).
+    pub(crate) fn of_fd(
         fd: std::os::fd::BorrowedFd<'_>,
         len: usize,
         offset: libc::off_t,
