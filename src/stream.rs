@@ -614,10 +614,6 @@ fn enqueue_device<S: ArgSlots>(
     info: crate::gpu::PointerInfo,
 ) -> Result<()> {
     let rt = crate::gpu::runtime();
-    let channel = Channels::lock().by_stream.get(&stream.key()).copied();
-    let Some(channel) = channel.filter(|_| rt.copy_server_ready(info.device.max(0))) else {
-        return enqueue_gpu(stream, op);
-    };
     let alloc_left = (info.base.saturating_add(info.size)).saturating_sub(op.base);
     let registered = crate::registry::io_context(op.base)
         .ok()
@@ -627,6 +623,19 @@ fn enqueue_device<S: ArgSlots>(
         .or(registered)
         .unwrap_or(alloc_left)
         .min(alloc_left);
+    let channel = Channels::lock().by_stream.get(&stream.key()).copied();
+    let Some(channel) = channel.filter(|_| rt.copy_server_ready(info.device.max(0))) else {
+        // The worker-side path checks the same bound when it runs (an
+        // unregistered pointer's range is checked against nothing else:
+        // a read past the allocation would reach the runtime's copy).
+        return enqueue_gpu(
+            stream,
+            StreamOp {
+                buf_len: Some(limit),
+                ..op
+            },
+        );
+    };
     // Held across both enqueues: on one stream, the host function and the
     // kernel of one operation must not be split by another operation's
     // (its worker would hold the channel that the earlier kernel needs).

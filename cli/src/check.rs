@@ -40,11 +40,16 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
             Err(why) => out.push(finding(&format!("runtime {name}"), false, why)),
         }
     }
-    out.push(finding(
-        "runtime in use",
-        true,
-        hipfs::gpu::runtime().name().to_string(),
-    ));
+    let in_use = hipfs::gpu::runtime().name();
+    // An asked-for runtime that could not be used says why.
+    let detail = match std::env::var("HIPFS_GPU_RUNTIME") {
+        Ok(w) if w != in_use => format!(
+            "{in_use} (HIPFS_GPU_RUNTIME={w}: {})",
+            hipfs::gpu::selection_message()
+        ),
+        _ => in_use.to_string(),
+    };
+    out.push(finding("runtime in use", true, detail));
     match hipfs_rdma_devices() {
         Ok(0) => out.push(finding(
             "rdma",

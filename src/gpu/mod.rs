@@ -6,6 +6,7 @@ use crate::error::{Error, OpError, Result};
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
+mod dumb;
 mod host;
 pub use host::HostRuntime;
 
@@ -74,7 +75,7 @@ pub struct EventId(pub usize);
 /// trusts them, so the caller must. The RAII types [`Stream`], [`Event`],
 /// [`PinnedHost`] and [`DeviceAllocation`] make and free them safely.
 pub trait GpuRuntime: Send + Sync {
-    /// `cuda`, `hip` or `host`.
+    /// `cuda`, `hip` or `host` (or `dmabuf-test`, a test runtime).
     fn name(&self) -> &'static str;
     /// Number of devices visible.
     fn device_count(&self) -> usize;
@@ -1019,7 +1020,10 @@ fn no_gpu() -> Error {
 static RUNTIME: OnceLock<Box<dyn GpuRuntime>> = OnceLock::new();
 
 /// The runtime in use: the first compiled-in GPU runtime that finds a device,
-/// else `host`. `HIPFS_GPU_RUNTIME=host|cuda|hip` picks one explicitly.
+/// else `host`. `HIPFS_GPU_RUNTIME=host|cuda|hip` picks one explicitly, and
+/// `HIPFS_GPU_RUNTIME=dmabuf-test` the test runtime whose device memory is
+/// DRM dumb buffers, `pinnable-test` the same with pinnable pages (see
+/// `dumb.rs`; never chosen otherwise).
 pub fn runtime() -> &'static dyn GpuRuntime {
     RUNTIME.get_or_init(select).as_ref()
 }
@@ -1087,6 +1091,23 @@ fn choose(wanted: Option<&str>) -> (Box<dyn GpuRuntime>, String) {
         );
     }
     let mut tried = Vec::new();
+    if let Some(w) = wanted.filter(|w| [dumb::NAME, dumb::NAME_PINNABLE].contains(w)) {
+        let pinnable = w == dumb::NAME_PINNABLE;
+        match dumb::DumbRuntime::probe(pinnable) {
+            Ok(rt) => {
+                let what = if pinnable {
+                    "device memory of anonymous shared pages, pinnable by any NIC, for tests"
+                } else {
+                    "dmabuf-backed device memory from DRM dumb buffers, for tests"
+                };
+                return (
+                    Box::new(rt),
+                    format!("GPU runtime: {w} ({what}; HIPFS_GPU_RUNTIME={w})"),
+                );
+            }
+            Err(why) => tried.push(format!("{w}: {why}")),
+        }
+    }
     for (name, probe) in candidates() {
         if wanted.is_some_and(|w| w != name) {
             continue;
@@ -1100,7 +1121,9 @@ fn choose(wanted: Option<&str>) -> (Box<dyn GpuRuntime>, String) {
             Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
-    if let Some(w) = wanted.filter(|w| !candidates().iter().any(|(n, _)| n == w)) {
+    if let Some(w) = wanted.filter(|w| {
+        ![dumb::NAME, dumb::NAME_PINNABLE].contains(w) && !candidates().iter().any(|(n, _)| n == w)
+    }) {
         tried.push(format!("HIPFS_GPU_RUNTIME={w} is not compiled in"));
     }
     let detail = if tried.is_empty() {

@@ -16,6 +16,7 @@
 //! not contain.
 
 pub mod dirent;
+pub mod drm;
 pub mod fs;
 pub mod io;
 pub mod mem;

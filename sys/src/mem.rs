@@ -124,6 +124,162 @@ impl Drop for AnonMap {
     }
 }
 
+/// A shared read-write mapping: of a device's memory (a DRM buffer) or
+/// of anonymous shared pages; unmapped on drop. Its users treat it as
+/// device memory: bytes move in and out by copies (bounds-checked), never
+/// through slices, and a NIC may write it through a registration.
+pub struct SharedMap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone; writes through it take
+// `&mut self`.
+unsafe impl Send for SharedMap {}
+// SAFETY: shared references only copy bytes out or hand out the address.
+unsafe impl Sync for SharedMap {}
+
+impl SharedMap {
+    /// `len` bytes (whole pages) of anonymous shared memory: ordinary pages
+    /// that `pin_user_pages` (an RDMA registration) can pin.
+    pub fn anonymous(len: usize) -> io::Result<SharedMap> {
+        let len = len.max(1).div_ceil(4096) * 4096;
+        // SAFETY: a new anonymous mapping; no existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        SharedMap::made(p, len)
+    }
+
+    /// `len` bytes of `fd` at `offset`, mapped shared read-write (for
+    /// device memory behind a descriptor: see `drm`).
+    pub(crate) fn of_fd(
+        fd: std::os::fd::BorrowedFd<'_>,
+        len: usize,
+        offset: libc::off_t,
+    ) -> io::Result<SharedMap> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new shared mapping of the caller's descriptor; no
+        // existing memory is touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                offset,
+            )
+        };
+        SharedMap::made(p, len)
+    }
+
+    fn made(p: *mut libc::c_void, len: usize) -> io::Result<SharedMap> {
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave NULL"))?;
+        Ok(SharedMap { ptr, len })
+    }
+
+    /// The first byte as an address (for pointer tables and registrations).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Bytes mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes are mapped.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn span(&self, off: usize, len: usize) -> io::Result<*mut u8> {
+        match off.checked_add(len) {
+            // SAFETY: off <= self.len: inside (or one past) the mapping.
+            Some(end) if end <= self.len => Ok(unsafe { self.ptr.as_ptr().add(off) }),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{len} bytes at {off} pass the end of a {}-byte mapping",
+                    self.len
+                ),
+            )),
+        }
+    }
+
+    /// Copies `src` into the mapping at `off`.
+    pub fn write_at(&mut self, off: usize, src: &[u8]) -> io::Result<()> {
+        let dst = self.span(off, src.len())?;
+        // SAFETY: dst..dst+len lies in the mapping (checked), which `&mut
+        // self` keeps every other method of this value off meanwhile; `src`
+        // is a live slice, and the mapping is never lent out as one, so
+        // they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes of the mapping at `off` into `dst`.
+    pub fn read_at(&self, off: usize, dst: &mut [u8]) -> io::Result<()> {
+        let src = self.span(off, dst.len())?;
+        // SAFETY: src..src+len lies in the mapping (checked); writers hold
+        // `&mut self`, so none runs now (a NIC writing through a
+        // registration is a device, as for GPU memory); `dst` is a live
+        // slice, distinct as in write_at.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes of the mapping at `off` to `byte`.
+    pub fn fill(&mut self, off: usize, len: usize, byte: u8) -> io::Result<()> {
+        let dst = self.span(off, len)?;
+        // SAFETY: as in write_at.
+        unsafe { std::ptr::write_bytes(dst, byte, len) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `src` into the mapping at `off`.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable memory that nothing writes during
+    /// the call.
+    pub unsafe fn write_from(&mut self, off: usize, src: *const u8, len: usize) -> io::Result<()> {
+        let dst = self.span(off, len)?;
+        // SAFETY: dst as in write_at; src is the caller's promise.
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes of the mapping at `off` to `dst`.
+    ///
+    /// # Safety
+    /// `dst..dst+len` must be writable memory that nothing else reads or
+    /// writes during the call.
+    pub unsafe fn read_into(&self, off: usize, dst: *mut u8, len: usize) -> io::Result<()> {
+        let src = self.span(off, len)?;
+        // SAFETY: src as in read_at; dst is the caller's promise.
+        unsafe { std::ptr::copy(src, dst, len) };
+        Ok(())
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in made(), owned by us alone.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 /// A host dmabuf of `len` bytes, for probing whether an RDMA NIC registers
 /// dmabufs where no GPU exports one: `/dev/udmabuf` over a sealed memfd,
 /// else a dumb buffer of a DRM device exported through PRIME (`vgem`, the
@@ -143,88 +299,9 @@ pub fn host_dmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
 }
 
 /// A dmabuf of a DRM dumb buffer (at least `len` bytes) from the first
-/// `/dev/dri/card*` that makes one.
+/// `/dev/dri/card*` that makes one; the dmabuf keeps the memory alive.
 fn drm_dumb_dmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    #[repr(C)]
-    #[derive(Default)]
-    struct CreateDumb {
-        height: u32,
-        width: u32,
-        bpp: u32,
-        flags: u32,
-        handle: u32,
-        pitch: u32,
-        size: u64,
-    }
-    #[repr(C)]
-    #[derive(Default)]
-    struct PrimeHandle {
-        handle: u32,
-        flags: u32,
-        fd: i32,
-    }
-    // _IOWR('d', 0xB2, struct drm_mode_create_dumb) and
-    // _IOWR('d', 0x2D, struct drm_prime_handle).
-    const CREATE_DUMB: u32 = (3 << 30) | (32 << 16) | ((b'd' as u32) << 8) | 0xB2;
-    const PRIME_HANDLE_TO_FD: u32 = (3 << 30) | (12 << 16) | ((b'd' as u32) << 8) | 0x2D;
-    let mut last = io::Error::from_raw_os_error(libc::ENOENT);
-    let cards = std::fs::read_dir("/dev/dri")?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("card"));
-    for card in cards {
-        let dev = match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(card.path())
-        {
-            Ok(d) => d,
-            Err(e) => {
-                last = e;
-                continue;
-            }
-        };
-        // One row of 4-byte pixels per 4 KiB page, 1024 pixels wide.
-        let rows = len.div_ceil(4096).max(1);
-        let mut dumb = CreateDumb {
-            height: u32::try_from(rows).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
-            width: 1024,
-            bpp: 32,
-            ..Default::default()
-        };
-        // SAFETY: the request's encoded size is that of `dumb`, which the
-        // kernel reads and writes; it lives across the call.
-        if let Err(e) = crate::cvt(unsafe {
-            libc::ioctl(
-                dev.as_raw_fd(),
-                CREATE_DUMB as _,
-                &mut dumb as *mut CreateDumb,
-            )
-        }) {
-            last = e;
-            continue;
-        }
-        let mut prime = PrimeHandle {
-            handle: dumb.handle,
-            flags: (libc::O_CLOEXEC | libc::O_RDWR) as u32,
-            fd: -1,
-        };
-        // SAFETY: as above, for `prime`.
-        match crate::cvt(unsafe {
-            libc::ioctl(
-                dev.as_raw_fd(),
-                PRIME_HANDLE_TO_FD as _,
-                &mut prime as *mut PrimeHandle,
-            )
-        }) {
-            // SAFETY: the kernel returned a new dmabuf fd nobody else owns
-            // (it keeps the buffer alive after the card's fd closes).
-            Ok(_) if prime.fd >= 0 => return Ok(unsafe { OwnedFd::from_raw_fd(prime.fd) }),
-            Ok(_) => last = io::Error::from_raw_os_error(libc::EIO),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+    crate::drm::DumbBuffer::new(len, false)?.export_dmabuf()
 }
 
 /// A dmabuf from `/dev/udmabuf` over a sealed memfd of `len` bytes.
@@ -272,4 +349,35 @@ fn udmabuf(len: usize) -> io::Result<std::os::fd::OwnedFd> {
     })?;
     // SAFETY: the ioctl returned a new descriptor nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_map_moves_bytes_in_and_out_only_inside_its_pages() {
+        let mut m = SharedMap::anonymous(5000).unwrap();
+        assert_eq!(m.len(), 8192, "whole pages");
+        m.write_at(4090, b"across a page").unwrap();
+        m.fill(0, 10, 7).unwrap();
+        let mut got = [0u8; 13];
+        m.read_at(4090, &mut got).unwrap();
+        assert_eq!(&got, b"across a page");
+        let mut head = [0u8; 11];
+        m.read_at(0, &mut head).unwrap();
+        assert_eq!(head, [7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 0]);
+        assert!(m.write_at(8190, &[1, 2, 3]).is_err(), "past the end");
+        assert!(
+            m.read_at(usize::MAX, &mut [0]).is_err(),
+            "overflowing offset"
+        );
+        let src = [9u8; 4];
+        // SAFETY: `src` is live and unchanged during the call.
+        unsafe { m.write_from(8188, src.as_ptr(), 4) }.unwrap();
+        let mut out = [0u8; 4];
+        // SAFETY: `out` is ours alone during the call.
+        unsafe { m.read_into(8188, out.as_mut_ptr(), 4) }.unwrap();
+        assert_eq!(out, src);
+    }
 }

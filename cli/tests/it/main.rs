@@ -26,4 +26,5 @@ mod remote_scripts;
 mod remote_security;
 mod remote_tls;
 mod remote_userspace;
+mod remote_verbs_device_vm;
 mod remote_verbs_vm;

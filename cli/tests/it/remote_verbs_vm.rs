@@ -20,7 +20,7 @@ use hipfs_rdma::TransportKind;
 use crate::remote_common::{lcg, open_us, pattern, random_reads_match, RandomReads};
 
 /// Why these tests cannot run here, if they cannot.
-fn not_in_vm() -> Option<String> {
+pub(crate) fn not_in_vm() -> Option<String> {
     if std::env::var("HIPFS_VM").as_deref() != Ok("1") {
         return Some(
             "needs the soft-RoCE VM (HIPFS_VM=1; run mount-scripts/rdma-vm/ci-remote-verbs.sh)"
@@ -48,7 +48,7 @@ fn vm_ip() -> String {
 
 /// Scratch directories on the guest's tmpfs: the shared /tmp is 9p, slow
 /// under TCG and not what a real export sits on.
-fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("hipfs-verbs-")
         .tempdir_in("/dev/shm")
@@ -57,7 +57,7 @@ fn scratch() -> tempfile::TempDir {
 
 /// Packets the rxe device has sent: proof that bytes really crossed the
 /// soft-RoCE device (a TCP fallback would not move this counter).
-fn rxe_sent_pkts() -> u64 {
+pub(crate) fn rxe_sent_pkts() -> u64 {
     let p = "/sys/class/infiniband/rxe0/ports/1/hw_counters/sent_pkts";
     fs::read_to_string(p)
         .unwrap_or_else(|e| panic!("{p}: {e}"))
@@ -67,7 +67,7 @@ fn rxe_sent_pkts() -> u64 {
 }
 
 /// A verbs-only server on rxe0 and a `transport=verbs` mount of it.
-struct VerbsFixture {
+pub(crate) struct VerbsFixture {
     export: tempfile::TempDir,
     mnt: tempfile::TempDir,
     server: Option<Server>,
@@ -76,7 +76,7 @@ struct VerbsFixture {
 }
 
 impl VerbsFixture {
-    fn new() -> VerbsFixture {
+    pub(crate) fn new() -> VerbsFixture {
         let export = scratch();
         let mnt = scratch();
         let mut cfg = ServeConfig::new(export.path(), format!("{}:0", vm_ip()));
@@ -101,11 +101,11 @@ impl VerbsFixture {
         }
     }
 
-    fn m(&self, rel: &str) -> PathBuf {
+    pub(crate) fn m(&self, rel: &str) -> PathBuf {
         self.mnt.path().join(rel)
     }
 
-    fn e(&self, rel: &str) -> PathBuf {
+    pub(crate) fn e(&self, rel: &str) -> PathBuf {
         self.export.path().join(rel)
     }
 }

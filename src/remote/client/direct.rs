@@ -837,4 +837,42 @@ mod tests {
             crate::buffer::buf_deregister(b).unwrap();
         }
     }
+
+    #[test]
+    fn device_memory_a_link_refused_is_remembered_there_and_not_offered_again() {
+        let (_export, server) = tcp_server();
+        let client = tcp_client(server.local_addr());
+        let link = client.link().unwrap();
+        // Host bytes posing as device memory: TCP refuses device memory
+        // whatever it is (see device_reg), without touching it.
+        let mut mem = vec![0u8; 65536];
+        let base = mem.as_mut_ptr() as usize;
+        let info = crate::gpu::PointerInfo {
+            kind: MemoryKind::Device,
+            base,
+            size: mem.len(),
+            device: 0,
+        };
+        let reg = crate::registry::insert_buffer(base, mem.len(), RDMA_REGISTER, info).unwrap();
+        let remembered = |reg: &crate::registry::RegisteredBuffer| {
+            let keep = reg.rdma_keepalive.lock().unwrap();
+            keep.iter()
+                .filter_map(|k| (**k).downcast_ref::<super::super::link::BufferRegion>())
+                .map(|r| r.is_refusal())
+                .collect::<Vec<_>>()
+        };
+        assert!(link.buffer_region(&reg).is_err());
+        assert_eq!(remembered(&reg), [true], "the refusal is kept");
+        assert!(link.buffer_region(&reg).is_err());
+        assert_eq!(remembered(&reg), [true], "and answers the second ask");
+        // Another link asks its own NIC.
+        let mut cc = ClientConfig::new(server.local_addr());
+        cc.transport = TransportKind::Tcp;
+        let other = RemoteClient::connect(cc).unwrap();
+        let other_link = other.link().unwrap();
+        assert!(other_link.buffer_region(&reg).is_err());
+        assert_eq!(remembered(&reg), [true, true]);
+        crate::registry::remove_buffer(base).unwrap();
+        drop(mem);
+    }
 }

@@ -45,9 +45,20 @@ impl RecvBuf {
 /// registration (or until the link dies and a newer one replaces it).
 pub(crate) struct BufferRegion {
     link: Weak<Link>,
-    region: Arc<LocalRegion>,
+    /// `None`: device memory the link's NIC refused (every way was tried
+    /// and counted once; reads into the buffer stage without asking again).
+    region: Option<Arc<LocalRegion>>,
     /// For device memory: the registration's dmabuf, kept with it.
     _device: Option<super::device_reg::DeviceRegion>,
+}
+
+impl BufferRegion {
+    /// Whether this is a remembered refusal (device memory the link's NIC
+    /// would not register).
+    #[cfg(test)]
+    pub(crate) fn is_refusal(&self) -> bool {
+        self.region.is_none()
+    }
 }
 
 /// Most receive buffers kept per link.
@@ -360,28 +371,40 @@ impl Link {
             .iter()
             .filter_map(|k| (**k).downcast_ref::<BufferRegion>())
             .find(|r| std::ptr::eq(r.link.as_ptr(), Arc::as_ptr(self)));
+        let refused = || {
+            RemoteError::Io(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!(
+                    "device memory cannot be registered with this {} connection",
+                    self.conn.kind()
+                ),
+            ))
+        };
         if let Some(r) = mine {
-            return Ok(r.region.clone());
+            return r.region.clone().ok_or_else(refused);
         }
         // Kept in the registration's keepalive, dropped with it.
         let (region, device) = if buf.info.kind == MemoryKind::Device {
             // dmabuf, else peer memory, else refused (the caller stages).
-            let d = super::device_reg::register_device(
+            match super::device_reg::register_device(
                 &*self.conn,
                 crate::gpu::runtime(),
                 buf.base,
                 buf.len,
-            )
-            .ok_or_else(|| {
-                RemoteError::Io(std::io::Error::new(
-                    std::io::ErrorKind::Unsupported,
-                    format!(
-                        "device memory cannot be registered with this {} connection",
-                        self.conn.kind()
-                    ),
-                ))
-            })?;
-            (d.region.clone(), Some(d))
+            ) {
+                Some(d) => (d.region.clone(), Some(d)),
+                None => {
+                    // Remembered for this link: the NIC's answer does not
+                    // change, and asking costs an export and two refused
+                    // registrations on every read.
+                    keep.push(Box::new(BufferRegion {
+                        link: Arc::downgrade(self),
+                        region: None,
+                        _device: None,
+                    }));
+                    return Err(refused());
+                }
+            }
         } else {
             let r = crate::lent::register_buffer_with(
                 &*self.conn,
@@ -391,7 +414,7 @@ impl Link {
         };
         keep.push(Box::new(BufferRegion {
             link: Arc::downgrade(self),
-            region: region.clone(),
+            region: Some(region.clone()),
             _device: device,
         }));
         Ok(region)
