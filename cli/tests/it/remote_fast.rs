@@ -367,3 +367,66 @@ fn a_walk_down_the_tree_finds_listings_fetched_ahead_and_never_one_older_than_a_
         "a listing fetched before a change was served after its notice"
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_directory_of_small_files_read_one_after_another_is_fetched_ahead_and_stays_coherent() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.e("small")).unwrap();
+    let n = 200;
+    let body = |i: usize, v: &str| format!("file {i} {v}\n").repeat(1 + i % 7);
+    for i in 0..n {
+        fs::write(f.e(&format!("small/s{i:03}")), body(i, "one")).unwrap();
+    }
+    settled(&f, || {
+        listing(&f.m("small"));
+    });
+    // The first few opens go to the server; then the rest are fetched
+    // ahead and opened without it.
+    let before = f.requests();
+    for i in 0..n {
+        let got = fs::read_to_string(f.m(&format!("small/s{i:03}"))).unwrap();
+        assert_eq!(got, body(i, "one"), "s{i:03}");
+    }
+    let used = f.requests() - before;
+    assert!(
+        used < n as u64 / 4,
+        "{used} server requests to read {n} small files"
+    );
+    // Another directory: four reads start the fetch, then a file changes
+    // on the export; once the mount has the notice, the copy fetched
+    // before it must not be read.
+    fs::create_dir(f.e("other")).unwrap();
+    for i in 0..50 {
+        fs::write(f.e(&format!("other/s{i:03}")), body(i, "one")).unwrap();
+    }
+    settled(&f, || {
+        listing(&f.m("other"));
+    });
+    for i in 0..4 {
+        fs::read_to_string(f.m(&format!("other/s{i:03}"))).unwrap();
+    }
+    settled(&f, || {});
+    fs::write(f.e("other/s040"), body(40, "two")).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        fs::read_to_string(f.m("other/s040")).unwrap(),
+        body(40, "two"),
+        "a copy fetched before a change was read after its notice"
+    );
+    assert_eq!(
+        fs::read_to_string(f.m("other/s041")).unwrap(),
+        body(41, "one")
+    );
+    // A file opened from a copy still has everything a handle has.
+    let file = fs::File::open(f.m("small/s151")).unwrap();
+    assert_eq!(
+        file.metadata().unwrap().len(),
+        body(151, "one").len() as u64
+    );
+    drop(file);
+}

@@ -40,7 +40,7 @@ pub use reply::{ChangedName, Payload, Reply, MAX_CHANGED};
 
 /// The request id of pushed change notices (requests count from 1).
 pub const NOTICE_ID: u64 = 0;
-pub use types::{validate_rel_path, DirItem, ReadDest, WireCred, WireSetAttr, WireTime};
+pub use types::{validate_rel_path, DirItem, HeadItem, ReadDest, WireCred, WireSetAttr, WireTime};
 
 /// The protocol version this build speaks. 2: credential kinds in `Proof`
 /// (token, local ticket, file capability), every message after `Welcome`
@@ -75,6 +75,9 @@ pub const MAX_PLACED_READ: usize = 8 << 20;
 pub const MAX_XATTR: usize = 64 * 1024;
 /// Largest file whose contents `Op::OpenHead` returns with the handle.
 pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Most bytes of file contents in one `Payload::Heads`.
+pub const MAX_HEADS: usize = 768 * 1024;
 /// Most supplementary groups a request may carry.
 pub const MAX_GROUPS: usize = 1024;
 /// Most entries one readdir reply carries.

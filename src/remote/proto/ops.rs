@@ -214,6 +214,24 @@ pub enum Op {
         /// Largest file whose contents come back.
         max: u32,
     },
+    /// The whole contents of directory `path`'s small regular files, in
+    /// listing order from `cookie`: each file of at most `max_each` bytes
+    /// (and [`super::MAX_HEAD`]) that the caller may read, until the next
+    /// would pass `max_total` bytes (and [`super::MAX_HEADS`]). Answered
+    /// with `Payload::Heads`, whose `next` resumes the listing (0: it
+    /// ended). A mount that sees a program read a directory's small files
+    /// one after another fetches the rest this way, in the background. An
+    /// older server does not know the opcode and answers an error.
+    ReadHeads {
+        /// The directory, relative to the export.
+        path: Vec<u8>,
+        /// Listing position to go on from (0: the start).
+        cookie: u64,
+        /// Largest file whose contents come back.
+        max_each: u32,
+        /// Most bytes of contents in the answer.
+        max_total: u32,
+    },
 }
 
 impl Op {
@@ -246,6 +264,7 @@ impl Op {
             Op::GrantFile { .. } => 25,
             Op::Watch => 26,
             Op::OpenHead { .. } => 27,
+            Op::ReadHeads { .. } => 28,
         }
     }
 
@@ -264,6 +283,7 @@ impl Op {
                 | Op::Listxattr { .. }
                 | Op::Open { .. }
                 | Op::OpenHead { .. }
+                | Op::ReadHeads { .. }
         )
     }
 
@@ -341,6 +361,14 @@ impl Request {
             }
             Op::OpenHead { path, flags, max } => {
                 w.bytes(path).i32(*flags).u32(*max);
+            }
+            Op::ReadHeads {
+                path,
+                cookie,
+                max_each,
+                max_total,
+            } => {
+                w.bytes(path).u64(*cookie).u32(*max_each).u32(*max_total);
             }
             Op::Create { path, mode, flags } => {
                 w.bytes(path).u32(*mode).i32(*flags);
@@ -542,6 +570,12 @@ impl Request {
                 path: p(&mut r)?,
                 flags: r.i32("flags")?,
                 max: r.u32("head size")?,
+            },
+            28 => Op::ReadHeads {
+                path: p(&mut r)?,
+                cookie: r.u64("cookie")?,
+                max_each: r.u32("head size")?,
+                max_total: r.u32("heads size")?,
             },
             v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
         };

@@ -6,8 +6,8 @@ use super::types::{
     decode_attr, decode_entry, decode_statfs, encode_attr, encode_entry, encode_statfs,
 };
 use super::{
-    expect_kind, DirItem, Kind, ProtoError, Reader, Writer, MAX_DIR_ITEMS, MAX_IO, MAX_NAME,
-    MAX_XATTR,
+    expect_kind, DirItem, HeadItem, Kind, ProtoError, Reader, Writer, MAX_DIR_ITEMS, MAX_IO,
+    MAX_NAME, MAX_XATTR,
 };
 
 /// One changed name of a notice: directory, name, the inode it means now.
@@ -40,6 +40,14 @@ pub enum Payload {
         /// The whole file (`Some`, possibly empty) or nothing (`None`: not a
         /// small regular file).
         data: Option<Vec<u8>>,
+    },
+    /// Small files' contents (`Op::ReadHeads`), and the cookie that
+    /// resumes the listing (0: it ended).
+    Heads {
+        /// The files.
+        items: Vec<HeadItem>,
+        /// Where to go on.
+        next: u64,
     },
     /// A created and opened file.
     Created {
@@ -189,6 +197,12 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
             w.u8(14).u64(*fh).bool(data.is_some());
             w.bytes(data.as_deref().unwrap_or_default());
         }
+        Payload::Heads { items, next } => {
+            w.u8(15).u64(*next).u32(items.len() as u32);
+            for it in items {
+                w.bytes(&it.name).u64(it.ino).bytes(&it.data);
+            }
+        }
         Payload::Changed { names, everything } => {
             w.u8(13).bool(*everything).u32(names.len() as u32);
             for (dir, name, ino) in names {
@@ -282,6 +296,31 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                 fh,
                 data: whole.then_some(data),
             }
+        }
+        15 => {
+            let next = r.u64("cookie")?;
+            // name length + inode + data length: at least 16 bytes each.
+            let n = r.count("small files", MAX_DIR_ITEMS, 16)?;
+            let mut items = Vec::with_capacity(n);
+            let mut total = 0usize;
+            for _ in 0..n {
+                let name = r.bytes("file name", MAX_NAME)?;
+                if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+                    return Err(ProtoError::BadPath("small file name".into()));
+                }
+                let ino = r.u64("inode")?;
+                let data = r.bytes("file contents", super::MAX_HEAD)?;
+                total += data.len();
+                if total > super::MAX_HEADS {
+                    return Err(ProtoError::BadValue("small files' bytes", total as u64));
+                }
+                items.push(HeadItem {
+                    name: name.to_vec(),
+                    ino,
+                    data: data.to_vec(),
+                });
+            }
+            Payload::Heads { items, next }
         }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })

@@ -93,6 +93,14 @@ fn op() -> impl Strategy<Value = Op> {
             flags,
             max
         }),
+        (path(), any::<u64>(), any::<u32>(), any::<u32>()).prop_map(
+            |(path, cookie, max_each, max_total)| Op::ReadHeads {
+                path,
+                cookie,
+                max_each,
+                max_total
+            }
+        ),
         (path(), any::<u32>(), any::<i32>()).prop_map(|(path, mode, flags)| Op::Create {
             path,
             mode,
@@ -206,6 +214,24 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300))
         )
             .prop_map(|(fh, data)| Ok(Payload::OpenedHead { fh, data })),
+        (
+            any::<u64>(),
+            proptest::collection::vec(
+                (
+                    name(),
+                    any::<u64>(),
+                    proptest::collection::vec(any::<u8>(), 0..100)
+                ),
+                0..4
+            )
+        )
+            .prop_map(|(next, v)| Ok(Payload::Heads {
+                items: v
+                    .into_iter()
+                    .map(|(name, ino, data)| HeadItem { name, ino, data })
+                    .collect(),
+                next
+            })),
         proptest::collection::vec(any::<u8>(), 0..300).prop_map(|data| Ok(Payload::Read {
             n: data.len() as u32,
             data
@@ -271,6 +297,7 @@ proptest! {
                 Op::Lookup { path }
                 | Op::Open { path, .. }
                 | Op::OpenHead { path, .. }
+                | Op::ReadHeads { path, .. }
                 | Op::Statfs { path } => vec![path],
                 Op::Rename { from, to, .. } | Op::Link { from, to } => vec![from, to],
                 _ => vec![],

@@ -151,6 +151,17 @@ pub struct DirItem {
     pub no_xattrs: bool,
 }
 
+/// One small file's whole contents (`Payload::Heads`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeadItem {
+    /// Its name in the directory.
+    pub name: Vec<u8>,
+    /// Its inode number (as in its attributes).
+    pub ino: u64,
+    /// The whole file.
+    pub data: Vec<u8>,
+}
+
 pub(crate) fn split_time(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs().min(i64::MAX as u64) as i64, d.subsec_nanos()),

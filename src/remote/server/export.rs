@@ -216,6 +216,40 @@ impl Export {
         Ok(items)
     }
 
+    /// Up to `max` entries of directory `rel` from `cookie` on, dots left
+    /// out: (name, `DT_*` type, cookie that resumes after it).
+    pub fn list_names(
+        &self,
+        rel: &[u8],
+        cookie: u64,
+        max: usize,
+    ) -> Result<Vec<(Vec<u8>, u8, u64)>, Errno> {
+        let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
+        let dfd = dir.as_fd();
+        sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while out.len() < max {
+            let n = getdents64(dfd, &mut buf).errno()?;
+            if n == 0 {
+                break;
+            }
+            for d in Dirents::new(&buf[..n]) {
+                let d = d.map_err(|e| {
+                    log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
+                    libc::EIO
+                })?;
+                if d.name != b"." && d.name != b".." {
+                    out.push((d.name.to_vec(), d.kind, d.off as u64));
+                    if out.len() >= max {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// The listing items of `names` in directory `dfd` (`own`: its stat);
     /// names gone since the `getdents` are left out.
     fn dir_items(
@@ -429,6 +463,15 @@ fn only_regular(st: &libc::stat) -> Result<(), Errno> {
         libc::S_IFDIR => Err(libc::EISDIR),
         libc::S_IFLNK => Err(libc::ELOOP),
         _ => Err(libc::ENXIO),
+    }
+}
+
+/// The path of `name` in directory `dir` (both relative to the export).
+pub(crate) fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir.is_empty() {
+        name.to_vec()
+    } else {
+        [dir, b"/", name].concat()
     }
 }
 

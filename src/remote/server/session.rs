@@ -10,7 +10,8 @@ use std::time::Duration;
 use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{
-    Op, Payload, ReadDest, Request, WireCred, MAX_HEAD, MAX_IO, MAX_PLACED_READ,
+    HeadItem, Op, Payload, ReadDest, Request, WireCred, MAX_HEAD, MAX_HEADS, MAX_IO,
+    MAX_PLACED_READ,
 };
 use super::super::seal::Sealer;
 use super::creds::{become_user, privileged_xattr};
@@ -300,6 +301,15 @@ impl Session {
                     data,
                 })
             }
+            Op::ReadHeads {
+                path,
+                cookie,
+                max_each,
+                max_total,
+            } => {
+                let (items, next) = read_heads(ex, path, *cookie, *max_each, *max_total)?;
+                Ok(Payload::Heads { items, next })
+            }
             Op::Create { path, mode, flags } => {
                 self.may_open()?;
                 let (entry, fd) = ex.create(path, *mode, *flags)?;
@@ -514,6 +524,48 @@ impl Drop for Session {
 /// file of at most `max` (and [`MAX_HEAD`]) bytes opened for reading;
 /// `None` otherwise. One byte more than the limit is asked for, so a file
 /// that grew since the `fstat` is not mistaken for a whole one.
+/// Most files in one `Payload::Heads`.
+const MAX_HEAD_FILES: usize = 4096;
+
+/// The small regular files of directory `rel` from `cookie` on, each
+/// opened as the caller (`Op::ReadHeads`); files it may not open, or that
+/// changed kind, are left out. Returns them and the cookie to go on from
+/// (0: the listing ended).
+fn read_heads(
+    ex: &super::export::Export,
+    rel: &[u8],
+    cookie: u64,
+    max_each: u32,
+    max_total: u32,
+) -> Result<(Vec<HeadItem>, u64), Errno> {
+    let max_total = (max_total as usize).min(MAX_HEADS);
+    let names = ex.list_names(rel, cookie, MAX_HEAD_FILES)?;
+    let ended = names.len() < MAX_HEAD_FILES;
+    let mut items = Vec::new();
+    let mut total = 0;
+    let mut next = cookie;
+    for (name, kind, off) in names {
+        if kind == libc::DT_REG || kind == libc::DT_UNKNOWN {
+            let path = super::export::child_path(rel, &name);
+            let head = ex
+                .open_file(&path, libc::O_RDONLY)
+                .and_then(|fd| Ok((small_file_contents(&fd, libc::O_RDONLY, max_each)?, fd)));
+            if let Ok((Some(data), fd)) = head {
+                // Past the budget: the caller goes on from this file
+                // (the first always goes in, so every answer progresses).
+                if !items.is_empty() && total + data.len() > max_total {
+                    return Ok((items, next));
+                }
+                total += data.len();
+                let ino = ex.getattr_fd(fd.as_fd())?.ino;
+                items.push(HeadItem { name, ino, data });
+            }
+        }
+        next = off;
+    }
+    Ok((items, if ended { 0 } else { next }))
+}
+
 fn small_file_contents(fd: &OwnedFd, flags: i32, max: u32) -> Result<Option<Vec<u8>>, Errno> {
     let limit = (max as usize).min(MAX_HEAD);
     if flags & libc::O_ACCMODE == libc::O_WRONLY || limit == 0 {

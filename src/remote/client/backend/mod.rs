@@ -16,6 +16,7 @@ mod cache;
 mod files;
 mod fresh_dirs;
 mod head;
+mod heads_ahead;
 mod nodes;
 mod notices;
 mod prefetch;
@@ -79,6 +80,8 @@ pub struct RemoteFs {
     cluster: Option<Arc<super::cluster::Cluster>>,
     /// Listings of subdirectories fetched ahead ([`prefetch`]).
     prefetch: prefetch::Prefetch,
+    /// Small files' contents fetched ahead ([`heads_ahead`]).
+    heads_ahead: heads_ahead::HeadsAhead,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -157,6 +160,7 @@ impl RemoteFs {
         nodes.insert_root(ROOT_INO);
         RemoteFs {
             prefetch: prefetch::Prefetch::new(&client, cache::DIR_BATCH),
+            heads_ahead: heads_ahead::HeadsAhead::new(&client),
             client,
             nodes: RwLock::new(nodes),
             files: RwLock::new(HashMap::new()),
@@ -368,9 +372,25 @@ impl Backend for RemoteFs {
     }
 
     fn open(&self, ino: Ino, flags: i32, cred: &Credentials) -> Result<u64> {
+        let plain_read = flags & libc::O_ACCMODE == libc::O_RDONLY
+            && flags & (libc::O_TRUNC | libc::O_CREAT) == 0
+            && self.tracks_fresh_dirs.load(Ordering::Relaxed);
         self.on_node(ino, |path| {
+            let wc = wire_cred(cred);
+            if plain_read {
+                if let Some(data) = self.heads_ahead.take(&path, ino, &wc) {
+                    // No server handle yet (epoch 0 is no connection's): the
+                    // first call that needs one opens it.
+                    let fh = self.add_file(ino, path, flags, 0, 0, wc);
+                    self.keep_head(fh, ino, data);
+                    return Ok(fh);
+                }
+            }
             let (epoch, sfh, head) = self.open_with_head(cred, path.clone(), flags)?;
-            let fh = self.add_file(ino, path, flags, epoch, sfh, wire_cred(cred));
+            if plain_read && head.is_some() {
+                self.heads_ahead.opened_small(&path, &wc);
+            }
+            let fh = self.add_file(ino, path, flags, epoch, sfh, wc);
             if let Some(data) = head {
                 self.keep_head(fh, ino, data);
             }

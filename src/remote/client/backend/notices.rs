@@ -77,6 +77,7 @@ fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
         let Some(fs) = fs.upgrade() else { return };
         // Listings fetched ahead may predate these changes.
         fs.prefetch.changed();
+        fs.heads_ahead.changed();
         // Everything queued is applied together: one pass over the table.
         let mut names = Vec::new();
         let mut everything = false;
