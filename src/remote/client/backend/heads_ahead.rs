@@ -53,6 +53,8 @@ struct State {
     opens: HashMap<Key, (u32, Instant)>,
     /// Directories being fetched.
     fetching: HashSet<Key>,
+    /// The server does not know `Op::ReadHeads`.
+    unsupported: bool,
 }
 
 /// A mount's small files fetched ahead (see the module documentation).
@@ -95,7 +97,7 @@ impl HeadsAhead {
         let dir = (parent(path).to_vec(), cred.clone());
         let epoch = {
             let mut st = lock(&self.state);
-            if st.fetching.contains(&dir) {
+            if st.unsupported || st.fetching.contains(&dir) {
                 return;
             }
             if st.opens.len() >= MAX_COUNTED_DIRS && !st.opens.contains_key(&dir) {
@@ -159,8 +161,14 @@ fn fetch_dir(state: &Mutex<State>, client: &Weak<RemoteClient>, dir: &Key, epoch
         };
         let got = c.call(&dir.1, op);
         drop(c);
-        let Ok(Payload::Heads { items, next }) = got else {
-            return;
+        let (items, next) = match got {
+            Ok(Payload::Heads { items, next }) => (items, next),
+            // A server from before ReadHeads: its decoder refuses the opcode.
+            Err(e) if e == libc::EPROTO => {
+                lock(state).unsupported = true;
+                return;
+            }
+            _ => return,
         };
         let mut st = lock(state);
         if st.epoch != epoch {
