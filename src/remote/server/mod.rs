@@ -2,12 +2,15 @@
 //!
 //! Threads: one accepts connections; one per connection reads requests and
 //! hands them to a shared pool of workers, which run them as the calling
-//! user (see [`creds`]) and send the replies. Replies go out in whatever
-//! order requests finish, matched by request id.
+//! user (see [`creds`]) and send the replies. Cheap requests are run on the
+//! transport's receiving thread instead where the transport allows it
+//! (see [`inline`]). Replies go out in whatever order requests finish,
+//! matched by request id.
 
 mod creds;
 mod export;
 pub mod export_id;
+mod inline;
 mod limits;
 mod poster;
 mod resolve;
@@ -17,11 +20,11 @@ mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use hipfs_rdma::{Connection, Listener, RateLimitedLog, TransportConfig, TransportKind};
 
 pub use creds::{parse_uid_ranges, IdentityPolicy, NOBODY};
@@ -278,8 +281,10 @@ impl Server {
         } else {
             cfg.workers
         };
-        let (tx, rx) = sync_channel::<Job>(workers * 8);
-        let rx = Arc::new(Mutex::new(rx));
+        // Every idle worker waits on the channel itself: a job wakes one,
+        // where workers queued on a lock around one receiver woke the
+        // next in line for nothing each time one took a job.
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(workers * 8);
         for i in 0..workers {
             let rx = rx.clone();
             let shared = shared.clone();
@@ -354,7 +359,7 @@ impl Server {
     }
 }
 
-fn accept_loop(shared: Arc<ServerShared>, listener: Arc<dyn Listener>, tx: SyncSender<Job>) {
+fn accept_loop(shared: Arc<ServerShared>, listener: Arc<dyn Listener>, tx: Sender<Job>) {
     loop {
         let conn = match listener.accept() {
             Ok(c) => c,
@@ -530,7 +535,7 @@ fn handshake(
     }))
 }
 
-fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: SyncSender<Job>) {
+fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sender<Job>) {
     let peer = conn.peer_addr();
     let auth = match handshake(&shared, conn.as_ref()) {
         Ok(Some(a)) => a,
@@ -563,6 +568,18 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(session.clone());
+    // Cheap requests are answered on the transport's reader where it can
+    // (TCP); the hook then authenticates every message, and this thread
+    // gets the others already opened.
+    let open = Arc::new(auth.open);
+    let hooked =
+        match conn.set_message_hook(inline::hook(shared.clone(), session.clone(), open.clone())) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("{peer}: every request through the pool: {e}");
+                false
+            }
+        };
     loop {
         if shared.stopping.load(Ordering::SeqCst) {
             break;
@@ -575,7 +592,8 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Sy
         }
         match conn.recv(Duration::from_millis(500)) {
             Ok(msg) => {
-                let msg = match auth.open.open(msg) {
+                let opened = if hooked { Ok(msg) } else { open.open(msg) };
+                let msg = match opened {
                     Ok(m) => m,
                     Err(e) => {
                         log::warn!("{peer}: {e}; closing");
@@ -640,16 +658,31 @@ fn decode_request(msg: &[u8]) -> (Result<Request, Option<(u64, i32)>>, usize) {
     }
 }
 
-fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
+fn worker(shared: Arc<ServerShared>, rx: Receiver<Job>) {
     // Before the first credential switch (see poster.rs).
     poster::start_companion(format!(
         "{}-post",
         std::thread::current().name().unwrap_or("hipfs-worker")
     ));
-    // The client applies the caller's umask; ours must not strip more bits.
-    // umask is per process unless the thread has its own fs_struct, so take
-    // one: a server embedded in another program (`hipfs mount --local`,
-    // tests) leaves that program's umask alone.
+    own_umask();
+    while let Ok(Job {
+        session,
+        request,
+        cost,
+    }) = rx.recv()
+    {
+        answer(&shared, &session, request);
+        session.in_flight.done(cost);
+        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Gives this thread a umask of its own, 0: the client applies the
+/// caller's umask; ours must not strip more bits. umask is per process
+/// unless the thread has its own fs_struct, so take one: a server embedded
+/// in another program (`hipfs mount --local`, tests) leaves that program's
+/// umask alone.
+fn own_umask() {
     match hipfs_sys::process::unshare_fs() {
         Ok(()) => {
             hipfs_sys::process::umask(0);
@@ -658,46 +691,39 @@ fn worker(shared: Arc<ServerShared>, rx: Arc<Mutex<Receiver<Job>>>) {
             log::warn!("unshare(CLONE_FS) failed ({e}); created files get the server's umask")
         }
     }
-    loop {
-        let job = {
-            let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-            rx.recv()
-        };
-        let Ok(Job {
-            session,
-            request,
-            cost,
-        }) = job
-        else {
-            return;
-        };
-        let reply = match request {
-            Ok(req) => Some(Reply {
-                id: req.id,
-                result: session.handle(&shared, &req),
-            }),
-            Err(id) => id.map(|(id, errno)| Reply {
-                id,
-                result: Err(errno),
-            }),
-        };
-        if let Some(reply) = reply {
-            let (s, msg) = (session.clone(), reply.encode());
-            match poster::post(session.conn.as_ref(), move || s.send(msg)) {
-                Ok(()) => {}
-                // The client did not take its replies for --ack-timeout:
-                // drop it rather than let it hold this worker.
-                Err(hipfs_rdma::Error::Timeout(t)) => {
-                    log::info!(
-                        "disconnecting {}: its replies were not read within {t:?} (--ack-timeout)",
-                        session.conn.peer_addr()
-                    );
-                    session.conn.close();
-                }
-                Err(e) => log::debug!("reply to {}: {e}", session.conn.peer_addr()),
-            }
+}
+
+/// Runs one request (or refuses a malformed one) and sends the reply.
+fn answer(
+    shared: &ServerShared,
+    session: &Arc<Session>,
+    request: Result<Request, Option<(u64, i32)>>,
+) {
+    let reply = match request {
+        Ok(req) => Some(Reply {
+            id: req.id,
+            result: session.handle(shared, &req),
+        }),
+        Err(id) => id.map(|(id, errno)| Reply {
+            id,
+            result: Err(errno),
+        }),
+    };
+    let Some(reply) = reply else {
+        return;
+    };
+    let (s, msg) = (session.clone(), reply.encode());
+    match poster::post(session.conn.as_ref(), move || s.send(msg)) {
+        Ok(()) => {}
+        // The client did not take its replies for --ack-timeout: drop it
+        // rather than let it hold this thread.
+        Err(hipfs_rdma::Error::Timeout(t)) => {
+            log::info!(
+                "disconnecting {}: its replies were not read within {t:?} (--ack-timeout)",
+                session.conn.peer_addr()
+            );
+            session.conn.close();
         }
-        session.in_flight.done(cost);
-        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Err(e) => log::debug!("reply to {}: {e}", session.conn.peer_addr()),
     }
 }
