@@ -131,7 +131,7 @@ mod tests {
             fh: 1,
             offset: 0,
             len,
-            dest: placed.then(|| ReadDest {
+            dest: placed.then_some(ReadDest {
                 region: RemoteDescriptor {
                     transport: DescriptorTransport::Tcp,
                     addr: 0,
