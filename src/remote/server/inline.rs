@@ -12,8 +12,9 @@
 //! the client's acknowledgment, which this very thread receives).
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::MessageHook;
 
@@ -66,16 +67,33 @@ pub(super) fn runs_inline(op: &Op) -> bool {
     }
 }
 
+/// How the hook left each message to the connection thread, in the order
+/// it left them: `None` opened, `Some(seq)` still sealed, to be opened as
+/// message number `seq` (a large one: its tag is checked there, while this
+/// thread reads the next).
+pub(super) type Deferred = Arc<Mutex<VecDeque<Option<u64>>>>;
+
 /// The hook that answers `session`'s cheap requests on the transport's
-/// reader. Every message is authenticated here (the tags are numbered, so
-/// one place must open them all, in order); the others are left to the
-/// connection thread, already opened.
+/// reader. Messages are numbered here, in the order they arrive (their
+/// tags cover the number); those it does not run are left to the
+/// connection thread, said in `deferred`.
 pub(super) fn hook(
     shared: Arc<ServerShared>,
     session: Arc<Session>,
     open: Arc<Opener>,
+    deferred: Deferred,
 ) -> MessageHook {
+    let defer = move |seq: Option<u64>, msg: Vec<u8>| {
+        deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(seq);
+        Some(msg)
+    };
     Box::new(move |msg| {
+        if msg.len() > INLINE_MAX_MESSAGE {
+            return defer(Some(open.reserve()), msg);
+        }
         let msg = match open.open(msg) {
             Ok(m) => m,
             Err(e) => {
@@ -84,17 +102,14 @@ pub(super) fn hook(
                 return None;
             }
         };
-        if msg.len() > INLINE_MAX_MESSAGE
-            || shared.is_stopping()
-            || Kind::of(&msg) != Ok(Kind::Request)
-        {
-            return Some(msg);
+        if shared.is_stopping() || Kind::of(&msg) != Ok(Kind::Request) {
+            return defer(None, msg);
         }
         let (request, cost) = super::decode_request(&msg);
         let cheap = request.as_ref().map_or(true, |r| runs_inline(&r.op));
         // At its limits the connection thread waits for room, not this one.
         if !cheap || !session.in_flight.try_add(cost) {
-            return Some(msg);
+            return defer(None, msg);
         }
         shared.in_flight.fetch_add(1, Ordering::SeqCst);
         prepare_thread();

@@ -580,12 +580,17 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Se
         .unwrap_or_else(|p| p.into_inner())
         .push(session.clone());
     // Cheap requests are answered on the transport's reader where it can
-    // (TCP); the hook then authenticates every message, and this thread
-    // gets the others already opened.
+    // (TCP); the hook then numbers every message, opens the small ones,
+    // and leaves this thread the others, saying how in `deferred`.
     let open = Arc::new(auth.open);
+    let deferred = inline::Deferred::default();
     let hooked = shared.inline_requests
-        && match conn.set_message_hook(inline::hook(shared.clone(), session.clone(), open.clone()))
-        {
+        && match conn.set_message_hook(inline::hook(
+            shared.clone(),
+            session.clone(),
+            open.clone(),
+            deferred.clone(),
+        )) {
             Ok(()) => true,
             Err(e) => {
                 log::debug!("{peer}: every request through the pool: {e}");
@@ -604,7 +609,23 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Se
         }
         match conn.recv(Duration::from_millis(500)) {
             Ok(msg) => {
-                let opened = if hooked { Ok(msg) } else { open.open(msg) };
+                let opened = if !hooked {
+                    open.open(msg)
+                } else {
+                    // The hook said how it left this message (one entry
+                    // per message, pushed before the message was queued).
+                    let how = deferred
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .pop_front();
+                    match how {
+                        Some(Some(seq)) => open.open_as(seq, msg),
+                        Some(None) => Ok(msg),
+                        // Cannot happen; fails the check rather than
+                        // pass the message unchecked.
+                        None => open.open(msg),
+                    }
+                };
                 let msg = match opened {
                     Ok(m) => m,
                     Err(e) => {
