@@ -149,8 +149,8 @@ enum BenchCmd {
     /// Example: hipfs bench spread data/1g.bin --servers s1:7471,s2:7471,s3:7471 -o token_file=/etc/hipfs/token
     Spread(bench::spread::SpreadBenchArgs),
     /// `ls -lR` (cold and repeated), `find`, `cat` of many small files,
-    /// `cp -r` out and in, `tar -x` in: on a local directory and through a
-    /// hipfs mount of it (in-process server on loopback) in one run, with
+    /// `cp -r` out and in, `tar -x` in, `touch -c` of one file 10,000 times
+    /// (one request each): on a local directory and through a hipfs mount of it (in-process server on loopback) in one run, with
     /// the ratios; `--peer sshfs=/mnt/x` adds another mount of the same
     /// directory (`--data`). A "FUSE floor" column times the same steps on
     /// an in-memory filesystem behind the same FUSE adapter (no server):

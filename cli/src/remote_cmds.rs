@@ -71,6 +71,13 @@ pub struct ServeArgs {
     /// Worker threads (default: 4 per CPU, at least 8).
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
+    /// Run every request on the workers. By default cheap ones (metadata,
+    /// reads and writes up to 64 KiB) run on the TCP connection's own
+    /// receiving thread, two thread wake-ups fewer per request; use this
+    /// for an export on a filesystem whose metadata calls may hang (a
+    /// hard-mounted NFS export would then stop the whole connection).
+    #[arg(long)]
+    pub no_inline: bool,
     /// Stage placed reads through registered memory instead of sending
     /// them straight from the file with sendfile(2) (TCP), the default:
     /// one copy less on the server, 1.7x the direct path's rate into GPU
@@ -198,6 +205,7 @@ pub fn run_serve(args: &ServeArgs) -> CmdResult {
     cfg.allow_devices = !args.no_devices;
     cfg.insecure = args.insecure;
     cfg.workers = args.workers;
+    cfg.inline_requests = !args.no_inline;
     cfg.send_from_file = !args.no_sendfile;
     cfg.hash_placed_reads = args.hash_placed_reads;
     cfg.limits.max_connections = args.max_connections;

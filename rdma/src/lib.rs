@@ -213,6 +213,11 @@ impl TransportConfig {
     }
 }
 
+/// What [`Connection::set_message_hook`] installs: called with each control
+/// message as it arrives; returns `None` when it took the message, or
+/// `Some(m)` to queue `m` for [`Connection::recv`] as usual.
+pub type MessageHook = Box<dyn FnMut(Vec<u8>) -> Option<Vec<u8>> + Send>;
+
 /// One connection between two hosts. All methods take `&self` and may be
 /// called from many threads at once.
 pub trait Connection: Send + Sync {
@@ -229,6 +234,32 @@ pub trait Connection: Send + Sync {
     /// The next control message, or [`Error::Timeout`] after `timeout`, or
     /// [`Error::Disconnected`] once the connection is gone.
     fn recv(&self, timeout: Duration) -> Result<Vec<u8>>;
+
+    /// Hands every control message to `hook` on the transport's own
+    /// receiving thread, as it arrives, before [`Connection::recv`] could
+    /// see it: the messages already queued first, then each new one, in
+    /// order. What `hook` returns is queued for `recv` (with the usual
+    /// flow control). It saves the thread hop from the transport's reader
+    /// to a thread blocked in `recv`, which on a small or virtual machine
+    /// is a large part of a small request's round trip.
+    ///
+    /// Call it before any thread calls `recv` (messages could otherwise be
+    /// taken out of order). `hook` runs on the thread that reads this
+    /// connection: while it runs nothing more is received, replies to this
+    /// side's one-sided operations included, so it must never wait for
+    /// this connection's incoming traffic, and should be quick. It may
+    /// `send` and `close`. It is dropped when the connection goes.
+    ///
+    /// TCP supports it; the default (verbs) returns
+    /// [`Error::Unsupported`], where the caller keeps using `recv`: its
+    /// completion thread also reposts receive buffers, which must not wait
+    /// for a caller's work.
+    fn set_message_hook(&self, hook: MessageHook) -> Result<()> {
+        drop(hook);
+        Err(Error::Unsupported(
+            "this transport delivers messages through recv only".into(),
+        ))
+    }
 
     /// Registers `len` bytes at `ptr` (host memory, or GPU memory through a
     /// peer-memory driver on verbs) so the peer may access them and so they

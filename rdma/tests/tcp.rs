@@ -230,3 +230,56 @@ fn small_and_large_messages_from_several_threads_keep_each_threads_order() {
         }
     });
 }
+
+/// A message hook sees the messages queued before it was set, then each
+/// new one, in order, on the receiving side's own thread; what it leaves
+/// reaches `recv` in order too; it is dropped when the connection goes.
+#[test]
+fn a_message_hook_takes_messages_in_order_and_leaves_the_rest_to_recv() {
+    use std::sync::mpsc::channel;
+    let p = pair(&env());
+    // Queued before the hook exists.
+    for i in 0..3u8 {
+        p.client.send(&[i]).unwrap();
+    }
+    // Most likely in the receive queue by now (the test holds either way).
+    std::thread::sleep(Duration::from_millis(50));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (seen_tx, seen_rx) = channel::<u8>();
+    let dropped = std::sync::Arc::new(());
+    let held = dropped.clone();
+    p.server
+        .set_message_hook(Box::new(move |m| {
+            let _ = &held;
+            seen_tx.send(m[0]).unwrap();
+            // Odd ones are left to recv, changed on the way.
+            (m[0] % 2 == 1).then(|| vec![m[0], 0xaa])
+        }))
+        .unwrap();
+    assert!(matches!(
+        p.server.set_message_hook(Box::new(|_| None)),
+        Err(Error::InvalidArgument(_))
+    ));
+    for i in 3..10u8 {
+        p.client.send(&[i]).unwrap();
+    }
+    for i in 0..10u8 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert_eq!(seen_rx.recv_timeout(left).unwrap(), i);
+    }
+    for i in (1..10u8).step_by(2) {
+        assert_eq!(p.server.recv(Duration::from_secs(5)).unwrap(), [i, 0xaa]);
+    }
+    assert!(matches!(
+        p.server.recv(Duration::from_millis(50)),
+        Err(Error::Timeout(_))
+    ));
+    p.client.close();
+    while std::sync::Arc::strong_count(&dropped) > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the hook outlived its connection"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

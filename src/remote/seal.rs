@@ -108,11 +108,23 @@ impl Opener {
 
     /// Checks and strips the tag of the next received message. After an
     /// error the connection must be dropped: the counter no longer matches.
-    pub fn open(&self, mut msg: Vec<u8>) -> Result<Vec<u8>, BadTag> {
+    pub fn open(&self, msg: Vec<u8>) -> Result<Vec<u8>, BadTag> {
+        self.open_as(self.reserve(), msg)
+    }
+
+    /// The sequence number of the next received message, for
+    /// [`Opener::open_as`]: the message is checked later, possibly on
+    /// another thread, while the ones after it are opened meanwhile.
+    pub fn reserve(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Checks and strips the tag of the message received as number `seq`
+    /// (from [`Opener::reserve`]).
+    pub fn open_as(&self, seq: u64, mut msg: Vec<u8>) -> Result<Vec<u8>, BadTag> {
         let Some(key) = &self.key else {
             return Ok(msg);
         };
-        let seq = self.next.fetch_add(1, Ordering::SeqCst);
         if msg.len() < TAG_LEN {
             return Err(BadTag { seq });
         }
@@ -157,5 +169,20 @@ mod tests {
         assert!(o.open(bad).is_err());
         assert!(Opener::new(Some(k)).open(vec![1, 2]).is_err());
         assert_eq!(Opener::new(None).open(vec![1, 2]).unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_message_opened_later_under_its_reserved_number_checks_and_others_go_on_meanwhile() {
+        let k = [7u8; 32];
+        let sealed = |seq, body: &[u8]| {
+            let mut m = body.to_vec();
+            m.extend_from_slice(&tag(&k, seq, body));
+            m
+        };
+        let o = Opener::new(Some(k));
+        let first = o.reserve();
+        assert_eq!(o.open(sealed(1, b"second")).unwrap(), b"second");
+        assert!(o.open_as(first, sealed(1, b"first")).is_err());
+        assert_eq!(o.open_as(first, sealed(0, b"first")).unwrap(), b"first");
     }
 }

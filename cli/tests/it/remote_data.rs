@@ -310,14 +310,27 @@ fn fio_with_crc32c_verification_passes_through_the_mount() {
     }
 }
 
+/// Small writes run on the server's receiving thread, the large reads on
+/// its workers (see `src/remote/server/inline.rs`).
 #[test]
 fn many_clients_at_once_each_see_their_own_and_each_others_files() {
+    many_clients_at_once(true);
+}
+
+/// The same with every request on the workers (`hipfs serve --no-inline`).
+#[test]
+fn many_clients_at_once_see_their_files_with_every_request_on_the_workers() {
+    many_clients_at_once(false);
+}
+
+fn many_clients_at_once(inline_requests: bool) {
     use hipfs::remote::client::{ClientConfig, RemoteClient};
     use hipfs::remote::proto::{Op, Payload, WireCred};
     use hipfs::remote::server::{ServeConfig, Server};
     let export = tempfile::tempdir().unwrap();
     let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
     cfg.transport = hipfs_rdma::TransportKind::Tcp;
+    cfg.inline_requests = inline_requests;
     let server = Server::start(cfg).unwrap();
     let cred = WireCred::default();
     std::thread::scope(|s| {

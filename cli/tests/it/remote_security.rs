@@ -462,6 +462,33 @@ fn requests_injected_modified_or_replayed_after_a_genuine_handshake_are_refused_
     let c = raw_handshake(server.local_addr(), RawCred::Token(TOKEN)).unwrap();
     c.conn.send(&c.seal.seal_as(1, create(2))).unwrap();
     assert_connection_dropped(&c);
+    // Large requests are checked on the connection thread, not the one
+    // that reads them (src/remote/server/inline.rs): genuine ones keep
+    // their number among small ones answered meanwhile, a modified one
+    // drops the connection too.
+    let write = |id| {
+        req(
+            id,
+            0,
+            Op::Write {
+                fh: 999,
+                offset: 0,
+                data: vec![7; 200_000],
+            },
+        )
+    };
+    let c = raw_handshake(server.local_addr(), RawCred::Token(TOKEN)).unwrap();
+    c.conn.send(&c.seal.seal_as(0, write(1))).unwrap();
+    c.conn.send(&c.seal.seal_as(1, lookup.clone())).unwrap();
+    for _ in 0..2 {
+        let reply = c.open.open(c.conn.recv(Duration::from_secs(5)).unwrap());
+        assert!(reply.is_ok(), "both genuine requests are answered");
+    }
+    let big = write(3);
+    let mut sealed = c.seal.seal_as(2, big.clone());
+    sealed[big.len() - 1] ^= 1;
+    c.conn.send(&sealed).unwrap();
+    assert_connection_dropped(&c);
     assert!(
         !export.path().join("injected").exists(),
         "nothing was created"

@@ -74,6 +74,12 @@ impl ByteGate {
         }
     }
 
+    /// Counts `n` more bytes at once, full or not: for a message that
+    /// already held its room under another size.
+    pub(crate) fn admit(&self, n: usize) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).queued += n;
+    }
+
     /// `n` bytes left the queue.
     pub(crate) fn release(&self, n: usize) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());

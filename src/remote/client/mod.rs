@@ -621,10 +621,15 @@ impl RemoteClient {
         let mut backoff = Duration::from_millis(20);
         let mut reached = false;
         let mut warned = false;
+        // Whether this is a second attempt: only then is the caller asked
+        // after (it reads /proc/PID/status, a good part of a small
+        // request's own time).
+        let mut again = false;
         loop {
-            if hipfs_fusefs::caller_killed() {
+            if again && hipfs_fusefs::caller_killed() {
                 return Err(libc::EINTR);
             }
+            again = true;
             let link = match self.link() {
                 Ok(l) => l,
                 Err(e) => {

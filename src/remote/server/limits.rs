@@ -87,6 +87,19 @@ impl InFlight {
         s.requests < self.max_requests && s.bytes < self.max_bytes
     }
 
+    /// Counts a request costing `bytes` if another may be read now (what
+    /// [`InFlight::wait_for_room`] waits for); false, counting nothing,
+    /// when the connection is at its limits.
+    pub(crate) fn try_add(&self, bytes: usize) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.requests >= self.max_requests || s.bytes >= self.max_bytes {
+            return false;
+        }
+        s.requests += 1;
+        s.bytes += bytes;
+        true
+    }
+
     /// A request costing `bytes` was read.
     pub(crate) fn add(&self, bytes: usize) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -119,6 +132,18 @@ mod tests {
         assert!(!f.wait_for_room(Duration::from_millis(10)));
         f.done(10);
         assert!(f.wait_for_room(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn try_add_counts_a_request_only_while_the_connection_has_room() {
+        let f = InFlight::new(&Limits {
+            max_requests: 1,
+            ..Limits::default()
+        });
+        assert!(f.try_add(10));
+        assert!(!f.try_add(10));
+        f.done(10);
+        assert!(f.try_add(10));
     }
 
     #[test]

@@ -123,6 +123,24 @@ impl Shared {
         });
     }
 
+    /// Gives a received control message to the hook, if one is set, and
+    /// queues for `recv` what the hook leaves.
+    fn deliver(&self, m: Vec<u8>) {
+        let mut slot = self.hook.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(hook) = slot.as_mut() else {
+            let _ = self.msg_tx.send(m);
+            return;
+        };
+        let len = m.len();
+        let left = hook(m);
+        drop(slot);
+        self.in_gate.release(cost(len));
+        if let Some(m) = left {
+            self.in_gate.admit(cost(m.len()));
+            let _ = self.msg_tx.send(m);
+        }
+    }
+
     /// Runs until the stream fails; returns why.
     pub(super) fn reader_loop(&self, lane: usize, mut rx: RxStream) -> Error {
         loop {
@@ -145,7 +163,7 @@ impl Shared {
                 }
                 let mut m = vec![0u8; h.len as usize];
                 rx.recv_bytes(&mut m).map_err(io_to_disconnect)?;
-                let _ = self.msg_tx.send(m);
+                self.deliver(m);
             }
             FrameKind::Write => {
                 let slot = self.keys.get(h.rkey);

@@ -20,7 +20,8 @@ use super::stream::{self, TxStream};
 use crate::descriptor::DescriptorTransport;
 use crate::region::RegionCache;
 use crate::{
-    Connection, ConnectionStats, Error, LocalRegion, RemoteDescriptor, Result, TransportKind,
+    Connection, ConnectionStats, Error, LocalRegion, MessageHook, RemoteDescriptor, Result,
+    TransportKind,
 };
 
 /// Work for a lane's sender thread.
@@ -156,6 +157,10 @@ pub(crate) struct Shared {
     /// reader stops reading its stream while full, so a peer flooding
     /// requests meets TCP backpressure instead of growing this queue.
     in_gate: ByteGate,
+    /// Takes control messages on lane 0's reader before they are queued
+    /// (see [`Connection::set_message_hook`]); cleared when that reader
+    /// ends, so a hook holding this connection does not keep it alive.
+    hook: Mutex<Option<MessageHook>>,
     peer: String,
     rejected: AtomicU64,
     written: AtomicU64,
@@ -220,6 +225,7 @@ impl TcpConnection {
             op_timeout: p.op_timeout,
             out_gate: ByteGate::new(queue_limit(p.max_message)),
             in_gate: ByteGate::new(queue_limit(p.max_message)),
+            hook: Mutex::new(None),
             peer,
             rejected: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -241,6 +247,12 @@ impl TcpConnection {
                 .spawn(move || {
                     let e = sh.reader_loop(i, rx_half);
                     sh.die(format!("lane {i}: {e}"));
+                    if i == 0 {
+                        // Dropped here, not in `die`: the hook may close
+                        // the connection from inside (lane 0's reader).
+                        let hook = sh.hook.lock().unwrap_or_else(|p| p.into_inner()).take();
+                        drop(hook);
+                    }
                 })?;
         }
         Ok(TcpConnection { shared })
@@ -553,6 +565,36 @@ impl Connection for TcpConnection {
             recv(sh.dead_rx) -> _ => sh.msg_rx.try_recv().map(taken).map_err(|_| sh.disconnected()),
             default(timeout) => Err(Error::Timeout(timeout)),
         }
+    }
+
+    fn set_message_hook(&self, mut hook: MessageHook) -> Result<()> {
+        let sh = &self.shared;
+        // Lane 0's reader queues a message only under this lock, so none
+        // can slip between the ones taken here and the hook.
+        let mut slot = sh.hook.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return Err(Error::InvalidArgument(
+                "this connection already has a message hook".into(),
+            ));
+        }
+        let mut kept = Vec::new();
+        while let Ok(m) = sh.msg_rx.try_recv() {
+            sh.in_gate.release(cost(m.len()));
+            kept.extend(hook(m));
+        }
+        for m in kept {
+            sh.in_gate.admit(cost(m.len()));
+            let _ = sh.msg_tx.send(m);
+        }
+        *slot = Some(hook);
+        // A reader that ended before the hook was in place cannot drop it.
+        if sh.dead.load(Ordering::SeqCst) {
+            let hook = slot.take();
+            drop(slot);
+            drop(hook);
+            return Err(sh.disconnected());
+        }
+        Ok(())
     }
 
     unsafe fn register(&self, ptr: *mut u8, len: usize) -> Result<Arc<LocalRegion>> {
