@@ -157,7 +157,8 @@ fn mount_floor(
 
 /// One step: a name, whether caches are dropped first, and the script for
 /// a target root (`{T}`), the local copy of the small files (`{S}`), the
-/// tar of them (`{A}`) and a local scratch directory (`{O}`).
+/// tar of them (`{A}`), a local scratch directory (`{O}`) and a name part
+/// unique to the target and repetition (`{N}`).
 struct Step {
     name: &'static str,
     cold: bool,
@@ -201,14 +202,17 @@ const STEPS: &[Step] = &[
     Step {
         name: "cp -r small files in",
         cold: false,
-        prepare: "rm -rf {T}/cpin",
-        script: "cp -r {S} {T}/cpin",
+        // A new directory each run: files just deleted in the same ext4
+        // directory make the next creates there slower (inode reuse checks),
+        // which would land on whichever target ran second.
+        prepare: "",
+        script: "cp -r {S} {T}/cpin.{N}",
     },
     Step {
         name: "tar -x small files in",
         cold: false,
-        prepare: "rm -rf {T}/untar && mkdir {T}/untar",
-        script: "tar -xf {A} -C {T}/untar",
+        prepare: "mkdir {T}/untar.{N}",
+        script: "tar -xf {A} -C {T}/untar.{N}",
     },
     // One metadata request per call (utimensat: a SETATTR), so the time of
     // a request's round trip: seconds x 100 = microseconds per call.
@@ -289,7 +293,7 @@ pub fn run_meta_bench(o: &MetaBenchOptions) -> Result<(), Box<dyn std::error::Er
     let result = run_steps(o, &targets, &src, &tar, &scratch, can_drop);
     for t in &targets[1..] {
         let r = q(&t.root);
-        let _ = sh(&format!("rm -rf {r}/cpin {r}/untar {r}/one"));
+        let _ = sh(&format!("rm -rf {r}/cpin.* {r}/untar.* {r}/one"));
     }
     mount.unmount()?;
     if let Some(m) = floor {
@@ -337,15 +341,16 @@ fn run_steps(
     let mut table = Vec::new();
     for step in STEPS {
         let mut row = Vec::new();
-        for t in targets {
-            let fill = |s: &str| {
-                s.replace("{T}", &q(&t.root))
-                    .replace("{S}", &q(src))
-                    .replace("{A}", &q(tar))
-                    .replace("{O}", &q(scratch))
-            };
+        for (ti, t) in targets.iter().enumerate() {
             let mut runs = Vec::new();
-            for _ in 0..o.repeats.max(1) {
+            for rep in 0..o.repeats.max(1) {
+                let fill = |s: &str| {
+                    s.replace("{T}", &q(&t.root))
+                        .replace("{S}", &q(src))
+                        .replace("{A}", &q(tar))
+                        .replace("{O}", &q(scratch))
+                        .replace("{N}", &format!("{ti}-{rep}"))
+                };
                 if !step.prepare.is_empty() {
                     sh(&fill(step.prepare))?;
                 }

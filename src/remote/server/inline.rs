@@ -41,8 +41,13 @@ pub(super) fn runs_inline(op: &Op) -> bool {
         // by the thread that would be waiting for it.
         Op::Read { len, dest, .. } => dest.is_none() && *len as usize <= INLINE_MAX_IO,
         Op::Write { data, .. } => data.len() <= INLINE_MAX_IO,
-        // May wait on the disk, or (watch) for the export's initial walk.
-        Op::Fsync { .. } | Op::Watch | Op::GrantFile { .. } | Op::Readdir { .. } => false,
+        // May wait on the disk, or (watch) for the export's initial walk;
+        // ReadHeads opens and reads many files.
+        Op::Fsync { .. }
+        | Op::Watch
+        | Op::GrantFile { .. }
+        | Op::Readdir { .. }
+        | Op::ReadHeads { .. } => false,
         Op::Lookup { .. }
         | Op::Getattr { .. }
         | Op::Setattr { .. }
