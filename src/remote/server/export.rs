@@ -203,14 +203,14 @@ impl Export {
         };
         // A full batch must stay full (a short one tells the client the
         // listing ended): make up for names removed since the getdents.
-        let mut last = names.last().map(|n| n.1);
+        let mut last = names.last().map(|n| n.2);
         while names.len() == max && items.len() < max {
             let Some(from) = last else { break };
             let more = read_names(dfd, rel, from, max - items.len(), &mut buf)?;
             if more.is_empty() {
                 break;
             }
-            last = more.last().map(|n| n.1);
+            last = more.last().map(|n| n.2);
             items.extend(self.dir_items(dfd, &own, &more)?);
         }
         Ok(items)
@@ -225,29 +225,12 @@ impl Export {
         max: usize,
     ) -> Result<Vec<(Vec<u8>, u8, u64)>, Errno> {
         let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;
-        let dfd = dir.as_fd();
-        sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
-        let mut out = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
-        while out.len() < max {
-            let n = getdents64(dfd, &mut buf).errno()?;
-            if n == 0 {
-                break;
-            }
-            for d in Dirents::new(&buf[..n]) {
-                let d = d.map_err(|e| {
-                    log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
-                    libc::EIO
-                })?;
-                if d.name != b"." && d.name != b".." {
-                    out.push((d.name.to_vec(), d.kind, d.off as u64));
-                    if out.len() >= max {
-                        return Ok(out);
-                    }
-                }
-            }
-        }
-        Ok(out)
+        // Two more than asked: the dots, when the listing starts with them.
+        let mut names = read_names(dir.as_fd(), rel, cookie, max + 2, &mut buf)?;
+        names.retain(|(n, _, _)| n != b"." && n != b"..");
+        names.truncate(max);
+        Ok(names)
     }
 
     /// The listing items of `names` in directory `dfd` (`own`: its stat);
@@ -256,10 +239,10 @@ impl Export {
         &self,
         dfd: BorrowedFd<'_>,
         own: &libc::stat,
-        names: &[(Vec<u8>, u64)],
+        names: &[(Vec<u8>, u8, u64)],
     ) -> Result<Vec<DirItem>, Errno> {
         let mut out = Vec::with_capacity(names.len());
-        for (name, off) in names {
+        for (name, _, off) in names {
             let dots = name == b"." || name == b"..";
             let st = if dots {
                 // ".." of the root must not reveal what lies above it.
@@ -475,14 +458,14 @@ pub(crate) fn child_path(dir: &[u8], name: &[u8]) -> Vec<u8> {
     }
 }
 
-/// Up to `max` (name, cookie) pairs of directory `dfd` from `cookie` on.
+/// Up to `max` (name, `DT_*` type, cookie) of directory `dfd` from `cookie` on.
 fn read_names(
     dfd: BorrowedFd<'_>,
     rel: &[u8],
     cookie: u64,
     max: usize,
     buf: &mut [u8],
-) -> Result<Vec<(Vec<u8>, u64)>, Errno> {
+) -> Result<Vec<(Vec<u8>, u8, u64)>, Errno> {
     sysfs::lseek(dfd, cookie as i64, libc::SEEK_SET).errno()?;
     let mut names = Vec::new();
     while names.len() < max {
@@ -495,7 +478,7 @@ fn read_names(
                 log::warn!("readdir {}: {e}", String::from_utf8_lossy(rel));
                 libc::EIO
             })?;
-            names.push((d.name.to_vec(), d.off as u64));
+            names.push((d.name.to_vec(), d.kind, d.off as u64));
             if names.len() >= max {
                 return Ok(names);
             }
