@@ -430,3 +430,99 @@ fn a_directory_of_small_files_read_one_after_another_is_fetched_ahead_and_stays_
     );
     drop(file);
 }
+
+/// (mtime, ctime, nlink, size) of a directory: what the kernel's look at it
+/// after a create must get right.
+fn dir_state(p: &Path) -> (i64, i64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(p).unwrap();
+    (
+        m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        m.nlink(),
+        m.size(),
+    )
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_directory_looked_at_after_each_create_costs_no_round_trip_and_stays_true() {
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.m("made")).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // Files and directories made through the mount, the directory looked at
+    // after each (as the kernel does before the next lookup in it): its
+    // attributes come with the create's reply, not from another request.
+    const N: u64 = 40;
+    let before = f.requests();
+    for i in 0..N {
+        if i % 4 == 0 {
+            fs::create_dir(f.m(&format!("made/d{i}"))).unwrap();
+        } else {
+            drop(
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(f.m(&format!("made/f{i}")))
+                    .unwrap(),
+            );
+        }
+        assert_eq!(
+            dir_state(&f.m("made")),
+            dir_state(&f.e("made")),
+            "after entry {i}"
+        );
+    }
+    let asked = f.requests() - before;
+    // A create or mkdir each (releases go unanswered, uncounted); asking
+    // for the directory's attributes too would be N more (86 in all when
+    // checked without). Change notices of these very creates cost a few.
+    assert!(
+        asked < N + N / 2,
+        "{asked} requests for {N} entries each followed by a look at the directory"
+    );
+    // Removals and renames through the mount: still the export's truth.
+    fs::remove_file(f.m("made/f1")).unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+    fs::remove_dir(f.m("made/d0")).unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+    fs::create_dir(f.m("other")).unwrap();
+    fs::rename(f.m("made/d4"), f.m("other/d4")).unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+    assert_eq!(dir_state(&f.m("other")), dir_state(&f.e("other")));
+    assert_eq!(dir_state(&f.m("other/d4")), dir_state(&f.e("other/d4")));
+    // The directory's own attributes changed through the mount.
+    fs::set_permissions(
+        f.m("made"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+    // Kept again with the next create, then changed on the export behind
+    // the mount's back: the notice makes the mount ask again.
+    fs::write(f.m("made/before"), b"x").unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+    let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    fs::File::open(f.e("made"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    fs::create_dir(f.e("made/theirs")).unwrap();
+    let t = Instant::now();
+    while dir_state(&f.m("made")) != dir_state(&f.e("made")) {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "stale directory attributes: {:?} against {:?}",
+            dir_state(&f.m("made")),
+            dir_state(&f.e("made"))
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // And the mount's next create is seen with the export's truth again.
+    fs::write(f.m("made/after"), b"x").unwrap();
+    assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
+}

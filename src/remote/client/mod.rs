@@ -826,6 +826,12 @@ impl RemoteClient {
 
     /// Runs one operation that involves no file handle.
     pub fn call(&self, cred: &WireCred, op: Op) -> Result<Payload, i32> {
+        self.call_in_dir(cred, op).map(|p| p.split_parent().0)
+    }
+
+    /// [`RemoteClient::call`], with the directory attributes a reply to a
+    /// change of a directory's entries may carry (`Payload::InDir`).
+    pub(crate) fn call_in_dir(&self, cred: &WireCred, op: Op) -> Result<Payload, i32> {
         self.call_with(cred, |_| Ok(op.clone()), |_, _| {})
     }
 }

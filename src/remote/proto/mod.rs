@@ -47,10 +47,14 @@ pub use types::{validate_rel_path, DirItem, HeadItem, ReadDest, WireCred, WireSe
 /// authenticated (see `super::seal`), `GrantFile`. 3: `Welcome` ends with
 /// the export id, which the server's proof covers (multi-server mounts
 /// check their servers export the same namespace). A version 2 peer gets
-/// (and sends) the version 2 welcome.
-pub const PROTO_VERSION: u16 = 3;
+/// (and sends) the version 2 welcome. 4: replies to changes of a
+/// directory's entries carry the directory's attributes after the change
+/// (`Payload::InDir`); older peers never get them.
+pub const PROTO_VERSION: u16 = 4;
 /// The first version whose `Welcome` carries the export id.
 pub const EXPORT_ID_VERSION: u16 = 3;
+/// The first version whose entry-changing replies may be `Payload::InDir`.
+pub const PARENT_ATTR_VERSION: u16 = 4;
 /// The oldest version this build still speaks: version 1 had no message
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;

@@ -93,6 +93,28 @@ pub enum Payload {
         /// Drop every cache.
         everything: bool,
     },
+    /// The result of a change to a directory's entries (create, mkdir,
+    /// mknod, symlink, link, unlink, rmdir, rename; version 4 peers) and
+    /// that directory's attributes just after it, so the client can answer
+    /// the kernel's next look at the directory without asking again. The
+    /// inner payload is never itself `InDir`.
+    InDir {
+        /// The directory's attributes after the change (`ino` says which).
+        parent: Attr,
+        /// The operation's own result.
+        inner: Box<Payload>,
+    },
+}
+
+impl Payload {
+    /// The operation's own result and, for [`Payload::InDir`], the
+    /// directory attributes that came with it.
+    pub fn split_parent(self) -> (Payload, Option<Attr>) {
+        match self {
+            Payload::InDir { parent, inner } => (*inner, Some(parent)),
+            p => (p, None),
+        }
+    }
 }
 
 /// A reply to request `id`: `Err(errno)` or a payload.
@@ -209,6 +231,11 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
                 w.bytes(dir).bytes(name).u64(*ino);
             }
         }
+        Payload::InDir { parent, inner } => {
+            w.u8(16);
+            encode_attr(w, parent);
+            encode_payload(w, inner);
+        }
     }
 }
 
@@ -321,6 +348,16 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
                 });
             }
             Payload::Heads { items, next }
+        }
+        16 => {
+            let parent = decode_attr(r)?;
+            match r.u8("payload tag")? {
+                16 => return Err(ProtoError::BadValue("nested directory attributes", 16)),
+                t => Payload::InDir {
+                    parent,
+                    inner: Box::new(decode_payload(r, t)?),
+                },
+            }
         }
         v => return Err(ProtoError::BadValue("payload tag", u64::from(v))),
     })

@@ -209,6 +209,18 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
             ))
         ),
         (entry(), any::<u64>()).prop_map(|(entry, fh)| Ok(Payload::Created { entry, fh })),
+        (attr(), entry(), any::<u64>()).prop_map(|(parent, entry, fh)| Ok(Payload::InDir {
+            parent,
+            inner: Box::new(Payload::Created { entry, fh })
+        })),
+        (attr(), entry()).prop_map(|(parent, e)| Ok(Payload::InDir {
+            parent,
+            inner: Box::new(Payload::Entry(e))
+        })),
+        attr().prop_map(|parent| Ok(Payload::InDir {
+            parent,
+            inner: Box::new(Payload::Empty)
+        })),
         (
             any::<u64>(),
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300))
@@ -249,6 +261,41 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
             frsize: c
         }))),
     ]
+}
+
+#[test]
+fn nested_directory_attributes_are_refused() {
+    let a = Attr {
+        ino: 5,
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        kind: FileKind::Directory,
+        perm: 0o755,
+        nlink: 2,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+    };
+    let inner = Payload::InDir {
+        parent: a,
+        inner: Box::new(Payload::Empty),
+    };
+    let msg = Reply {
+        id: 9,
+        result: Ok(Payload::InDir {
+            parent: a,
+            inner: Box::new(inner),
+        }),
+    }
+    .encode();
+    assert!(matches!(
+        Reply::decode(&msg),
+        Err(ProtoError::BadValue("nested directory attributes", 16))
+    ));
 }
 
 proptest! {

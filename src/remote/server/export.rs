@@ -116,6 +116,17 @@ impl Export {
         Ok(self.entry(&st))
     }
 
+    /// The attributes of the directory holding `rel` (the root's for a
+    /// name in it).
+    pub fn parent_attr(&self, rel: &[u8]) -> Result<Attr, Errno> {
+        let dir = rel
+            .iter()
+            .rposition(|&b| b == b'/')
+            .map_or(&b""[..], |i| &rel[..i]);
+        let d = open_node(self.root_fd(), dir, libc::O_PATH | libc::O_DIRECTORY)?;
+        self.getattr_fd(d.as_fd())
+    }
+
     /// The attributes of an open file (or O_PATH node).
     pub fn getattr_fd(&self, fd: BorrowedFd<'_>) -> Result<Attr, Errno> {
         Ok(self.attr(&stat_fd(fd)?))

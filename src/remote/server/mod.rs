@@ -441,6 +441,7 @@ fn refuse_over_limit(shared: &ServerShared, conn: &dyn Connection) {
 
 /// An authenticated connection: who it speaks for and its message keys.
 struct Authenticated {
+    version: u16,
     who: Principal,
     seal: Sealer,
     open: Opener,
@@ -540,6 +541,7 @@ fn handshake(
     )?;
     let (c2s, s2c) = secret.session_keys(&tr);
     Ok(Some(Authenticated {
+        version,
         who,
         seal: Sealer::new((!no_mac).then_some(s2c)),
         open: Opener::new((!no_mac).then_some(c2s)),
@@ -572,6 +574,7 @@ fn serve_connection(shared: Arc<ServerShared>, conn: Arc<dyn Connection>, tx: Se
             shared.kept_staging.clone(),
         )
         .with_trust(id, auth.who, auth.seal)
+        .speaking(auth.version)
         .hash_placed_reads(shared.hash_placed_reads),
     );
     shared

@@ -11,7 +11,7 @@ use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{
     HeadItem, Op, Payload, ReadDest, Request, WireCred, MAX_HEAD, MAX_HEADS, MAX_IO,
-    MAX_PLACED_READ,
+    MAX_PLACED_READ, PARENT_ATTR_VERSION,
 };
 use super::super::seal::Sealer;
 use super::creds::{become_user, privileged_xattr};
@@ -59,6 +59,8 @@ pub(crate) struct Session {
     digests: bool,
     /// The client asked for change notices (`Op::Watch`).
     watching: AtomicBool,
+    /// The protocol version agreed in the handshake.
+    version: u16,
 }
 
 impl Session {
@@ -84,6 +86,7 @@ impl Session {
             kept_staging,
             max_kept_staging: limits.max_kept_staging,
             id: 0,
+            version: PARENT_ATTR_VERSION - 1,
             // Least privilege until `with_trust` says who it is.
             who: Principal::User(WireCred {
                 uid: super::NOBODY,
@@ -102,6 +105,12 @@ impl Session {
     /// only on authenticated TCP connections, see [`Session::with_trust`]).
     pub(crate) fn hash_placed_reads(mut self, on: bool) -> Session {
         self.digests &= on;
+        self
+    }
+
+    /// Speaks protocol `version` (what the handshake agreed).
+    pub(crate) fn speaking(mut self, version: u16) -> Session {
+        self.version = version;
         self
     }
 
@@ -236,6 +245,40 @@ impl Session {
             }
         }
         become_user(&cred)?;
+        let result = self.handle_op(shared, req, &cred)?;
+        // The directory whose entries changed, and its attributes now: the
+        // client answers the kernel's next look at it without asking.
+        let parent = match (&req.op, self.version >= PARENT_ATTR_VERSION) {
+            (_, false) => None,
+            (
+                Op::Create { path, .. }
+                | Op::Mkdir { path, .. }
+                | Op::Mknod { path, .. }
+                | Op::Symlink { path, .. }
+                | Op::Unlink { path }
+                | Op::Rmdir { path }
+                | Op::Link { to: path, .. }
+                | Op::Rename { to: path, .. },
+                true,
+            ) => shared.export.parent_attr(path).ok(),
+            _ => None,
+        };
+        Ok(match parent {
+            Some(parent) => Payload::InDir {
+                parent,
+                inner: Box::new(result),
+            },
+            None => result,
+        })
+    }
+
+    /// [`Session::handle`]'s operation, run as `cred`.
+    fn handle_op(
+        &self,
+        shared: &ServerShared,
+        req: &Request,
+        cred: &WireCred,
+    ) -> Result<Payload, Errno> {
         let ex = &shared.export;
         match &req.op {
             Op::Setxattr { name, .. } | Op::Removexattr { name, .. }

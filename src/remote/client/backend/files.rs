@@ -186,14 +186,15 @@ impl RemoteFs {
     /// Opens `path` on the server and returns (epoch, server fh).
     pub(super) fn open_remote(&self, cred: &Credentials, op: Op) -> Result<(u64, Payload)> {
         let epoch = AtomicU64::new(0);
-        let p = self
-            .client
-            .call_with(
-                &wire_cred(cred),
-                |_| Ok(op.clone()),
-                |link, _| epoch.store(link.epoch, Ordering::SeqCst),
-            )
-            .map_err(errno)?;
+        let p = self.keeping_dir_attrs(|| {
+            self.client
+                .call_with(
+                    &wire_cred(cred),
+                    |_| Ok(op.clone()),
+                    |link, _| epoch.store(link.epoch, Ordering::SeqCst),
+                )
+                .map_err(errno)
+        })?;
         Ok((epoch.load(Ordering::SeqCst), p))
     }
 

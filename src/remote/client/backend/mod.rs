@@ -13,6 +13,7 @@
 //! answers); this file has the type and the `Backend` operations.
 
 mod cache;
+mod dir_attrs;
 mod files;
 mod fresh_dirs;
 mod head;
@@ -82,6 +83,9 @@ pub struct RemoteFs {
     prefetch: prefetch::Prefetch,
     /// Small files' contents fetched ahead ([`heads_ahead`]).
     heads_ahead: heads_ahead::HeadsAhead,
+    /// Directories' attributes that came with this mount's own changes
+    /// ([`dir_attrs`]).
+    dir_attrs: dir_attrs::DirAttrs,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -161,6 +165,7 @@ impl RemoteFs {
         RemoteFs {
             prefetch: prefetch::Prefetch::new(&client, cache::DIR_BATCH),
             heads_ahead: heads_ahead::HeadsAhead::new(&client),
+            dir_attrs: Default::default(),
             client,
             nodes: RwLock::new(nodes),
             files: RwLock::new(HashMap::new()),
@@ -206,7 +211,19 @@ impl RemoteFs {
     }
 
     fn call(&self, cred: &Credentials, op: Op) -> Result<Payload> {
-        self.client.call(&wire_cred(cred), op).map_err(errno)
+        self.keeping_dir_attrs(|| self.client.call_in_dir(&wire_cred(cred), op).map_err(errno))
+    }
+
+    /// Runs `call`, keeping the directory attributes its reply may carry
+    /// ([`dir_attrs`]) where change notices keep them true.
+    fn keeping_dir_attrs(&self, call: impl FnOnce() -> Result<Payload>) -> Result<Payload> {
+        let since = self.dir_attrs.generation();
+        let (p, parent) = call()?.split_parent();
+        let keeps = self.tracks_fresh_dirs.load(Ordering::Relaxed) && self.cluster.is_none();
+        if let Some(a) = parent.filter(|_| keeps) {
+            self.dir_attrs.offer(since, a);
+        }
+        Ok(p)
     }
 
     fn entry_call(&self, cred: &Credentials, path: Vec<u8>, op: Op) -> Result<Entry> {
@@ -244,10 +261,14 @@ impl Backend for RemoteFs {
             .contains_key(&ino)
         {
             self.untrack_dir(ino);
+            self.dir_attrs.drop_unknown(ino);
         }
     }
 
     fn getattr(&self, ino: Ino, fh: Option<u64>, cred: &Credentials) -> Result<Attr> {
+        if let Some(a) = self.dir_attrs.get(ino) {
+            return Ok(a);
+        }
         if let Some(fh) = fh.filter(|fh| self.file(*fh).is_ok()) {
             // Through the open file: works after unlink, and needs no path.
             let p = self.file_call(fh, cred, |sfh, _| {
@@ -315,7 +336,12 @@ impl Backend for RemoteFs {
             })?,
         };
         match p {
-            Payload::Attr(a) => Ok(a),
+            Payload::Attr(a) => {
+                if a.kind == hipfs_fusefs::FileKind::Directory {
+                    self.dir_attrs.forget([ino]);
+                }
+                Ok(a)
+            }
             _ => Err(Errno::EIO),
         }
     }
@@ -511,7 +537,10 @@ impl Backend for RemoteFs {
 
     fn rmdir(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
         let path = self.child(parent, name)?;
-        self.call(cred, Op::Rmdir { path }).map(|_| ())
+        let gone = self.inos_at(&path);
+        self.call(cred, Op::Rmdir { path })?;
+        self.dir_attrs.forget(gone);
+        Ok(())
     }
 
     fn unlink(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
@@ -534,6 +563,12 @@ impl Backend for RemoteFs {
         if flags & libc::RENAME_EXCHANGE != 0 {
             self.note_name_in(parent, name.as_bytes());
         }
+        // Moved directories (their `..`) and the directory left change too.
+        let mut moved_inos = self.inos_at(&from);
+        moved_inos.extend(self.inos_at(&to));
+        if parent != newparent {
+            moved_inos.push(parent);
+        }
         self.call(
             cred,
             Op::Rename {
@@ -542,6 +577,7 @@ impl Backend for RemoteFs {
                 flags,
             },
         )?;
+        self.dir_attrs.forget(moved_inos);
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         let fix = |p: &[u8]| -> Option<Vec<u8>> {
             moved(p, &from, &to).or_else(|| if exchange { moved(p, &to, &from) } else { None })
@@ -704,7 +740,10 @@ impl Backend for RemoteFs {
                 },
             )
             .map(|_| ())
-        })
+        })?;
+        // The attributes' change changed the inode's ctime.
+        self.dir_attrs.forget([ino]);
+        Ok(())
     }
 
     fn removexattr(&self, ino: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
@@ -725,7 +764,10 @@ impl Backend for RemoteFs {
                 },
             )
             .map(|_| ())
-        })
+        })?;
+        // The attributes' change changed the inode's ctime.
+        self.dir_attrs.forget([ino]);
+        Ok(())
     }
 
     fn identify(&self, ino: Ino, fh: u64, purpose: IdentifyPurpose) -> Option<Vec<u8>> {

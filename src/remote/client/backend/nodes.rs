@@ -199,6 +199,15 @@ pub(super) fn moved(path: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl RemoteFs {
+    /// The inodes the kernel knows under `path`.
+    pub(super) fn inos_at(&self, path: &[u8]) -> Vec<Ino> {
+        self.nodes
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .at(path)
+            .to_vec()
+    }
+
     pub(super) fn path_of(&self, ino: Ino) -> Result<Vec<u8>> {
         self.nodes
             .read()

@@ -88,6 +88,7 @@ fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
             }
         }
         if everything {
+            fs.dir_attrs.forget_all();
             apply_everything(&fs, inv);
         } else {
             apply_names(&fs, names, inv);
@@ -138,6 +139,7 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
         };
     }
     fs.forget_missing_xattrs(&changed);
+    fs.dir_attrs.forget(changed.iter().copied());
     for ino in changed {
         fs.drop_heads_of(ino);
         inv.inode(ino, true);
