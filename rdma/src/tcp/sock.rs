@@ -216,13 +216,13 @@ pub unsafe fn append_raw(dst: &mut Vec<u8>, src: *const u8, len: usize) {
     }
 }
 
-/// Copies `src` to `dst` (decrypted bytes into a registered region).
+/// Copies `src` to `dst` (decrypted or buffered bytes into a registered region).
 ///
 /// # Safety
 /// `[dst, dst+src.len())` must be writable for the duration of the call.
 pub unsafe fn copy_to_raw(dst: *mut u8, src: &[u8]) {
     // SAFETY: the caller guarantees the destination range is writable;
-    // `src` is a buffer of the TLS session, never the caller's memory.
+    // `src` is a buffer of the lane (TLS session or read-ahead), never the caller's memory.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
 }
 

@@ -34,14 +34,37 @@ pub(crate) enum TxStream {
 
 /// The reading half of a lane (owned by its reader thread).
 pub(crate) enum RxStream {
-    Plain(RawFd),
+    Plain(PlainRx),
     Tls(TlsRx),
+}
+
+/// Bytes a plain lane's reader asks the socket for at once when what it
+/// needs is small: a frame header and a small message behind it (or the
+/// next frame's header) come in one `recv` instead of two.
+const PLAIN_AHEAD: usize = 16 * 1024;
+
+/// The reader's half of a plain lane: small reads go through a buffer,
+/// large ones (payloads into registered memory) straight into place.
+pub(crate) struct PlainRx {
+    fd: RawFd,
+    /// Received and not yet taken: `start..end`.
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
 }
 
 /// Splits a lane into its two halves.
 pub(crate) fn halves(fd: RawFd, tls: Option<rustls::Connection>) -> (TxStream, RxStream) {
     match tls {
-        None => (TxStream::Plain(fd), RxStream::Plain(fd)),
+        None => (
+            TxStream::Plain(fd),
+            RxStream::Plain(PlainRx {
+                fd,
+                buf: vec![0u8; PLAIN_AHEAD].into_boxed_slice(),
+                start: 0,
+                end: 0,
+            }),
+        ),
         Some(conn) => {
             let s: Session = Arc::new(Mutex::new(conn));
             (
@@ -150,7 +173,7 @@ impl RxStream {
     pub(crate) unsafe fn recv_raw(&mut self, ptr: *mut u8, len: usize) -> io::Result<()> {
         match self {
             // SAFETY: the caller's guarantee, passed on.
-            RxStream::Plain(fd) => unsafe { sock::recv_exact(*fd, ptr, len) },
+            RxStream::Plain(p) => unsafe { p.recv_raw(ptr, len) },
             // SAFETY: the caller's guarantee, passed on.
             RxStream::Tls(t) => unsafe { t.recv_raw(ptr, len) },
         }
@@ -164,20 +187,15 @@ impl RxStream {
 
     /// Reads into a fixed-size array.
     pub(crate) fn recv_array<const N: usize>(&mut self) -> io::Result<[u8; N]> {
-        match self {
-            RxStream::Plain(fd) => sock::recv_array::<N>(*fd),
-            RxStream::Tls(_) => {
-                let mut b = [0u8; N];
-                self.recv_bytes(&mut b)?;
-                Ok(b)
-            }
-        }
+        let mut b = [0u8; N];
+        self.recv_bytes(&mut b)?;
+        Ok(b)
     }
 
     /// Reads and throws away `len` bytes (a refused frame's payload).
     pub(crate) fn discard(&mut self, len: u64) -> io::Result<()> {
         match self {
-            RxStream::Plain(fd) => sock::discard(*fd, len),
+            RxStream::Plain(p) => p.discard(len),
             RxStream::Tls(t) => t.discard(len),
         }
     }
@@ -302,6 +320,59 @@ impl TlsTx {
         }
         self.flush()?;
         Ok(done)
+    }
+}
+
+impl PlainRx {
+    /// Hands out up to `max` buffered bytes to `f`; returns how many.
+    fn take(&mut self, max: usize, f: impl FnOnce(&[u8])) -> usize {
+        let n = (self.end - self.start).min(max);
+        f(&self.buf[self.start..self.start + n]);
+        self.start += n;
+        n
+    }
+
+    /// Receives what the socket has now (at least one byte) into the
+    /// empty buffer.
+    fn fill(&mut self) -> io::Result<()> {
+        let n = sock::recv_some(self.fd, &mut self.buf)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed the connection",
+            ));
+        }
+        (self.start, self.end) = (0, n);
+        Ok(())
+    }
+
+    /// # Safety
+    /// `[ptr, ptr+len)` must be writable for the duration of the call.
+    unsafe fn recv_raw(&mut self, mut ptr: *mut u8, mut len: usize) -> io::Result<()> {
+        while len > 0 {
+            if self.start == self.end {
+                if len >= PLAIN_AHEAD / 2 {
+                    // Large: straight into place, no copy.
+                    // SAFETY: the caller's guarantee, passed on.
+                    return unsafe { sock::recv_exact(self.fd, ptr, len) };
+                }
+                self.fill()?;
+            }
+            let got = self.take(len, |b| {
+                // SAFETY: b.len() <= len bytes of the caller's writable range.
+                unsafe { sock::copy_to_raw(ptr, b) }
+            });
+            // SAFETY: got <= len, so the pointer stays inside the range.
+            ptr = unsafe { ptr.add(got) };
+            len -= got;
+        }
+        Ok(())
+    }
+
+    fn discard(&mut self, len: u64) -> io::Result<()> {
+        let max = usize::try_from(len).unwrap_or(usize::MAX);
+        let got = self.take(max, |_| {}) as u64;
+        sock::discard(self.fd, len - got)
     }
 }
 
