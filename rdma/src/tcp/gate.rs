@@ -15,6 +15,9 @@ pub(crate) struct ByteGate {
 struct GateState {
     queued: usize,
     closed: bool,
+    /// Threads waiting in [`ByteGate::acquire`]: without any, a release
+    /// wakes nobody (and costs no system call).
+    waiting: usize,
 }
 
 /// Why [`ByteGate::acquire`] did not admit the bytes.
@@ -40,6 +43,7 @@ impl ByteGate {
             state: Mutex::new(GateState {
                 queued: 0,
                 closed: false,
+                waiting: 0,
             }),
             changed: Condvar::new(),
         }
@@ -58,19 +62,27 @@ impl ByteGate {
                 s.queued += n;
                 return Ok(());
             }
-            s = match deadline {
-                None => self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+            let wait = match deadline {
+                None => None,
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return Err(GateRefusal::Full);
                     }
+                    Some(d - now)
+                }
+            };
+            s.waiting += 1;
+            s = match wait {
+                None => self.changed.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(w) => {
                     self.changed
-                        .wait_timeout(s, d - now)
+                        .wait_timeout(s, w)
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
             };
+            s.waiting -= 1;
         }
     }
 
@@ -84,8 +96,11 @@ impl ByteGate {
     pub(crate) fn release(&self, n: usize) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.queued = s.queued.saturating_sub(n);
+        let waiting = s.waiting > 0;
         drop(s);
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     /// Wakes every waiter for good (the connection died).

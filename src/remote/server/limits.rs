@@ -62,6 +62,9 @@ pub(crate) struct InFlight {
 struct Load {
     requests: usize,
     bytes: usize,
+    /// Threads in [`InFlight::wait_for_room`]: without any, an answer
+    /// wakes nobody (and costs no system call).
+    waiting: usize,
 }
 
 impl InFlight {
@@ -77,13 +80,15 @@ impl InFlight {
     /// Waits (at most `wait`) until another request may be read. False:
     /// still full, the caller checks whether to stop and asks again.
     pub(crate) fn wait_for_room(&self, wait: Duration) -> bool {
-        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (s, _) = self
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.waiting += 1;
+        let (mut s, _) = self
             .changed
             .wait_timeout_while(s, wait, |l| {
                 l.requests >= self.max_requests || l.bytes >= self.max_bytes
             })
             .unwrap_or_else(|p| p.into_inner());
+        s.waiting -= 1;
         s.requests < self.max_requests && s.bytes < self.max_bytes
     }
 
@@ -112,8 +117,11 @@ impl InFlight {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.requests = s.requests.saturating_sub(1);
         s.bytes = s.bytes.saturating_sub(bytes);
+        let waiting = s.waiting > 0;
         drop(s);
-        self.changed.notify_all();
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 }
 
