@@ -72,6 +72,10 @@ pub struct ServeConfig {
     /// (a hung network filesystem would stop the whole connection, where
     /// the pool only loses a worker).
     pub inline_requests: bool,
+    /// How long the export watcher lets a burst of changes gather before
+    /// it sends their notice (one notice for many events of a `cp -r`).
+    /// 2 ms by default; longer means fewer notices and later ones.
+    pub notice_gather: Duration,
     /// Send reads that name a destination region straight from the file
     /// (`sendfile(2)` on TCP) instead of staging them in registered memory.
     /// On by default: with 4 MiB pieces it carried the direct path into GPU
@@ -126,6 +130,7 @@ impl ServeConfig {
             insecure: false,
             workers: 0,
             inline_requests: true,
+            notice_gather: Duration::from_millis(2),
             send_from_file: true,
             hash_placed_reads: false,
             limits: Limits::default(),
@@ -165,6 +170,7 @@ pub(crate) struct ServerShared {
     pub(crate) allow_devices: bool,
     pub(crate) policy: IdentityPolicy,
     inline_requests: bool,
+    pub(crate) notice_gather: Duration,
     send_from_file: bool,
     hash_placed_reads: bool,
     token: Option<Token>,
@@ -271,6 +277,7 @@ impl Server {
             allow_devices: cfg.allow_devices,
             policy: cfg.policy.clone(),
             inline_requests: cfg.inline_requests,
+            notice_gather: cfg.notice_gather,
             send_from_file: cfg.send_from_file,
             hash_placed_reads: cfg.hash_placed_reads,
             token: cfg.token.clone(),

@@ -62,10 +62,9 @@ const MASK: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::EXCL_UNLINK);
 
 /// How long the thread waits for an event before it looks whether the
-/// server stops, and how long it lets a burst of events gather before
-/// sending them (one notice for many events of a `cp -r`).
+/// server stops (a burst of events gathers for `ServeConfig::notice_gather`
+/// before it is sent).
 const IDLE: Duration = Duration::from_millis(200);
-const GATHER: Duration = Duration::from_millis(2);
 
 struct Tree {
     fd: OwnedFd,
@@ -262,7 +261,7 @@ fn run(shared: &Arc<ServerShared>) {
                 names.push((dir, name));
             }
             if round == 0 && got {
-                std::thread::sleep(GATHER);
+                std::thread::sleep(shared.notice_gather);
             }
         }
         // A directory moved out of the export: its watches now report
