@@ -152,39 +152,69 @@ fn read_direct(
     dst: &mut [u8],
     off: u64,
 ) -> Result<usize> {
-    let len = dst.len();
-    let aligned_mem = (dst.as_ptr() as usize).is_multiple_of(pf.mem_align);
-    let r = if aligned_mem {
+    let r = if (dst.as_ptr() as usize).is_multiple_of(pf.mem_align) {
         pread_full(direct, dst, off)
     } else {
-        with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
-            let bounce = bounce.as_mut_slice();
-            let step = bounce.len() / pf.offset_align * pf.offset_align;
-            let mut done = 0usize;
-            while done < len {
-                let n = (len - done).min(step);
-                let got = pread_full(direct, &mut bounce[..n], off + done as u64)?;
-                dst[done..done + got].copy_from_slice(&bounce[..got]);
-                done += got;
-                if got < n {
-                    break;
-                }
-            }
-            Ok::<usize, std::io::Error>(done)
+        through_bounce(pf, dst.len(), |bounce, at| {
+            let got = pread_full(direct, bounce, off + at as u64)?;
+            dst[at..at + got].copy_from_slice(&bounce[..got]);
+            Ok(got)
         })?
+    };
+    direct_or_buffered(pf, Dir::Read, r, || pread_full(buffered, dst, off))
+}
+
+/// Moves `len` bytes O_DIRECT through this thread's bounce buffer, for
+/// memory not aligned for DMA, chunk by chunk: `chunk(bounce, at)` moves
+/// the range's bytes `at..at + bounce.len()` through `bounce` and returns
+/// how many it moved. A short count (end of file) ends the range there.
+fn through_bounce(
+    pf: &PosixFile,
+    len: usize,
+    mut chunk: impl FnMut(&mut [u8], usize) -> std::io::Result<usize>,
+) -> Result<std::io::Result<usize>> {
+    with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
+        let bounce = bounce.as_mut_slice();
+        let step = bounce.len() / pf.offset_align * pf.offset_align;
+        let mut done = 0usize;
+        while done < len {
+            let n = (len - done).min(step);
+            let moved = chunk(&mut bounce[..n], done)?;
+            done += moved;
+            if moved < n {
+                break;
+            }
+        }
+        Ok(done)
+    })
+}
+
+/// What an O_DIRECT transfer (`r`) came to: its bytes, counted on the
+/// direct path; or, when the kernel refused O_DIRECT on this file
+/// (EINVAL), O_DIRECT is turned off for the file and the transfer is done
+/// again by `buffered`.
+fn direct_or_buffered(
+    pf: &PosixFile,
+    dir: Dir,
+    r: std::io::Result<usize>,
+    buffered: impl FnOnce() -> std::io::Result<usize>,
+) -> Result<usize> {
+    let (record, what, call): (fn(IoPath, usize), _, _) = match dir {
+        Dir::Read => (stats::record_read, "read", "pread"),
+        Dir::Write => (stats::record_write, "write", "pwrite"),
     };
     match r {
         Ok(n) => {
-            stats::record_read(IoPath::Direct, n);
+            record(IoPath::Direct, n);
             Ok(n)
         }
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            pf.disable_direct(&format!("O_DIRECT read refused ({e})"));
-            let n = pread_full(buffered, dst, off).map_err(|e| sys(e, "pread"))?;
-            stats::record_read(IoPath::Buffered, n);
+            pf.disable_direct(&format!("O_DIRECT {what} refused ({e})"));
+            let n = buffered().map_err(|e| sys(e, call))?;
+            record(IoPath::Buffered, n);
             Ok(n)
         }
-        Err(e) => Err(sys(e, "O_DIRECT pread")),
+        Err(e) => Err(sys(e, &format!("O_DIRECT {call}"))),
     }
 }
 
@@ -231,6 +261,7 @@ pub(crate) fn write_range(pf: &PosixFile, src: &[u8], off: u64) -> Result<usize>
     Ok(done)
 }
 
+/// O_DIRECT write of an aligned range: see [`read_direct`].
 fn write_direct(
     pf: &PosixFile,
     direct: BorrowedFd<'_>,
@@ -238,38 +269,13 @@ fn write_direct(
     src: &[u8],
     off: u64,
 ) -> Result<usize> {
-    let len = src.len();
-    let aligned_mem = (src.as_ptr() as usize).is_multiple_of(pf.mem_align);
-    let r = if aligned_mem {
+    let r = if (src.as_ptr() as usize).is_multiple_of(pf.mem_align) {
         pwrite_all(direct, src, off)
     } else {
-        with_bounce(len.min(8 << 20), pf.offset_align, |bounce| {
-            let bounce = bounce.as_mut_slice();
-            let step = bounce.len() / pf.offset_align * pf.offset_align;
-            let mut done = 0usize;
-            while done < len {
-                let n = (len - done).min(step);
-                bounce[..n].copy_from_slice(&src[done..done + n]);
-                let put = pwrite_all(direct, &bounce[..n], off + done as u64)?;
-                done += put;
-                if put < n {
-                    break;
-                }
-            }
-            Ok::<usize, std::io::Error>(done)
+        through_bounce(pf, src.len(), |bounce, at| {
+            bounce.copy_from_slice(&src[at..at + bounce.len()]);
+            pwrite_all(direct, bounce, off + at as u64)
         })?
     };
-    match r {
-        Ok(n) => {
-            stats::record_write(IoPath::Direct, n);
-            Ok(n)
-        }
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            pf.disable_direct(&format!("O_DIRECT write refused ({e})"));
-            let n = pwrite_all(buffered, src, off).map_err(|e| sys(e, "pwrite"))?;
-            stats::record_write(IoPath::Buffered, n);
-            Ok(n)
-        }
-        Err(e) => Err(sys(e, "O_DIRECT pwrite")),
-    }
+    direct_or_buffered(pf, Dir::Write, r, || pwrite_all(buffered, src, off))
 }

@@ -25,9 +25,9 @@
 use std::fs;
 use std::sync::{Mutex, OnceLock};
 
-use hipfs::gpu::{self, DeviceAllocation};
+use hipfs::gpu::{self, DeviceAllocation, GpuRuntime};
 use hipfs::stats::{device_registrations, DeviceRegistrations};
-use hipfs::{Buffer, Driver, RDMA_REGISTER};
+use hipfs::{Buffer, Driver, FileHandle, RDMA_REGISTER};
 
 use crate::remote_common::{lcg, open_us, pattern};
 use crate::remote_verbs_vm::{not_in_vm, rxe_sent_pkts, VerbsFixture};
@@ -91,6 +91,36 @@ fn require_device_vm(name: &str) {
     );
 }
 
+/// What each test starts from: in the VM with the GPU runtime it needs,
+/// the driver open, and a verbs mount of a fresh export.
+struct DeviceVm {
+    rt: &'static dyn GpuRuntime,
+    /// Before the driver: fields drop in order, so the mount goes first.
+    fx: VerbsFixture,
+    _driver: Driver,
+}
+
+impl DeviceVm {
+    /// Panics unless in the VM with the GPU runtime `runtime`.
+    fn new(runtime: &str) -> DeviceVm {
+        require_device_vm(runtime);
+        let rt = gpu::runtime();
+        let driver = Driver::open().unwrap();
+        DeviceVm {
+            rt,
+            fx: VerbsFixture::new(),
+            _driver: driver,
+        }
+    }
+
+    /// Writes `contents` to `name` in the export and opens it through the
+    /// mount with `flags`.
+    fn file(&self, name: &str, contents: &[u8], flags: i32) -> FileHandle {
+        fs::write(self.fx.e(name), contents).unwrap();
+        open_us(&self.fx.m(name), flags)
+    }
+}
+
 fn delta(a: &DeviceRegistrations, b: &DeviceRegistrations) -> DeviceRegistrations {
     DeviceRegistrations {
         dmabuf: b.dmabuf - a.dmabuf,
@@ -124,14 +154,11 @@ fn assert_refused_twice_then_staged(d: &DeviceRegistrations, what: &str) {
 )]
 fn vgem_device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_and_reads_stage_into_it(
 ) {
-    require_device_vm("dmabuf-test");
-    let rt = gpu::runtime();
-    let _d = Driver::open().unwrap();
-    let fx = VerbsFixture::new();
+    let vm = DeviceVm::new("dmabuf-test");
+    let rt = vm.rt;
     let size = (3 << 20) + 4321;
     let data = pattern(61, size);
-    fs::write(fx.e("data"), &data).unwrap();
-    let fh = open_us(&fx.m("data"), libc::O_RDONLY);
+    let fh = vm.file("data", &data, libc::O_RDONLY);
 
     let len = 4 << 20;
     let mut dev = DeviceAllocation::new(rt, 0, len).unwrap();
@@ -166,35 +193,7 @@ fn vgem_device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_
     let remote = hipfs::stats::snapshot().remote;
     hipfs::io::bounce_pool::take_profile();
     let pkts = rxe_sent_pkts();
-    let mut x = 9u64;
-    let mut moved = 0usize;
-    let mut host = vec![0u8; len];
-    for i in 0..8 {
-        let n_want = if i == 0 {
-            size
-        } else {
-            (lcg(&mut x) % (1 << 20)) as usize + 1
-        };
-        let off = if i == 0 {
-            0
-        } else {
-            lcg(&mut x) % (size - 1) as u64
-        };
-        let boff = if i == 0 {
-            0
-        } else {
-            (lcg(&mut x) % 65536) as usize
-        };
-        let n = fh.read(&mut buf, n_want, off as i64, boff as i64).unwrap();
-        let expect = &data[off as usize..(off as usize + n_want).min(size)];
-        assert_eq!(n, expect.len(), "read {i}: {n_want} bytes at {off}");
-        dev.read(boff, &mut host[..n]).unwrap();
-        assert!(
-            host[..n] == *expect,
-            "read {i}: {n} bytes at {off} into device offset {boff} differ from the file"
-        );
-        moved += n;
-    }
+    let moved = random_reads_into_device(&fh, &mut buf, &dev, &data, 9, 8, true);
     let staged = hipfs::io::bounce_pool::take_profile();
     let after = device_registrations();
     let d = delta(&at_register, &after);
@@ -244,15 +243,11 @@ fn vgem_device_memory_is_offered_to_rxe_as_dmabuf_then_peer_memory_both_refused_
     ignore = "needs an RDMA device: run in the soft-RoCE VM (mount-scripts/rdma-vm/; HIPFS_REQUIRE_VERBS=1)"
 )]
 fn vgem_device_memory_writes_over_rxe_stage_through_host_memory_and_land_in_the_file() {
-    require_device_vm("dmabuf-test");
-    let rt = gpu::runtime();
-    let _d = Driver::open().unwrap();
-    let fx = VerbsFixture::new();
+    let vm = DeviceVm::new("dmabuf-test");
     let size = 2 << 20;
-    fs::write(fx.e("w"), vec![0u8; size]).unwrap();
-    let fh = open_us(&fx.m("w"), libc::O_RDWR);
+    let fh = vm.file("w", &vec![0u8; size], libc::O_RDWR);
     let len = 1 << 20;
-    let mut dev = DeviceAllocation::new(rt, 0, len).unwrap();
+    let mut dev = DeviceAllocation::new(vm.rt, 0, len).unwrap();
     let src = pattern(62, len);
     dev.write(0, &src).unwrap();
     let buf = Buffer::from_device(&dev, 0);
@@ -280,7 +275,7 @@ fn vgem_device_memory_writes_over_rxe_stage_through_host_memory_and_land_in_the_
     let staged = hipfs::io::bounce_pool::take_profile().chunks;
     assert!(staged >= 6, "only {staged} staged chunks for 6 writes");
     assert!(
-        fs::read(fx.e("w")).unwrap() == expect,
+        fs::read(vm.fx.e("w")).unwrap() == expect,
         "the server's file holds every write from device memory"
     );
     eprintln!(
@@ -290,22 +285,31 @@ fn vgem_device_memory_writes_over_rxe_stage_through_host_memory_and_land_in_the_
 
 /// Reads of `data` (the file behind `fh`) at random offsets and sizes into
 /// `dev` through `buf`, each checked against the file; the bytes moved.
+/// With `whole_file_first`, the first read is the whole file, to the start
+/// of `dev`.
 fn random_reads_into_device(
-    fh: &hipfs::FileHandle,
+    fh: &FileHandle,
     buf: &mut Buffer,
     dev: &DeviceAllocation,
     data: &[u8],
     seed: u64,
     rounds: usize,
+    whole_file_first: bool,
 ) -> usize {
     let size = data.len();
     let mut host = vec![0u8; dev.len()];
     let mut x = seed;
     let mut moved = 0;
     for i in 0..rounds {
-        let n_want = (lcg(&mut x) % (1 << 20)) as usize + 1;
-        let off = lcg(&mut x) % (size - 1) as u64;
-        let boff = (lcg(&mut x) % 65536) as usize;
+        let (n_want, off, boff) = if i == 0 && whole_file_first {
+            (size, 0, 0)
+        } else {
+            (
+                (lcg(&mut x) % (1 << 20)) as usize + 1,
+                lcg(&mut x) % (size - 1) as u64,
+                (lcg(&mut x) % 65536) as usize,
+            )
+        };
         let n = fh.read(buf, n_want, off as i64, boff as i64).unwrap();
         let expect = &data[off as usize..(off as usize + n_want).min(size)];
         assert_eq!(n, expect.len(), "read {i}: {n_want} bytes at {off}");
@@ -326,14 +330,11 @@ fn random_reads_into_device(
 )]
 fn pinnable_device_memory_is_registered_by_address_and_the_server_rdma_writes_reads_straight_into_it(
 ) {
-    require_device_vm("pinnable-test");
-    let rt = gpu::runtime();
-    let _d = Driver::open().unwrap();
-    let fx = VerbsFixture::new();
+    let vm = DeviceVm::new("pinnable-test");
+    let rt = vm.rt;
     let size = (3 << 20) + 999;
     let data = pattern(63, size);
-    fs::write(fx.e("data"), &data).unwrap();
-    let fh = open_us(&fx.m("data"), libc::O_RDONLY);
+    let fh = vm.file("data", &data, libc::O_RDONLY);
 
     // A registered buffer (RDMA_REGISTER): the runtime has no dmabuf to
     // offer, so the address is registered (peer memory) at once.
@@ -359,7 +360,7 @@ fn pinnable_device_memory_is_registered_by_address_and_the_server_rdma_writes_re
     let remote = hipfs::stats::snapshot().remote;
     hipfs::io::bounce_pool::take_profile();
     let pkts = rxe_sent_pkts();
-    let moved = random_reads_into_device(&fh, &mut buf, &dev, &data, 17, 8);
+    let moved = random_reads_into_device(&fh, &mut buf, &dev, &data, 17, 8, false);
     let staged = hipfs::io::bounce_pool::take_profile().chunks;
     let d = delta(&at_register, &device_registrations());
     eprintln!("8 reads into the registered buffer: {moved} bytes, {staged} staged chunks, registrations {d:?}");
@@ -386,7 +387,7 @@ fn pinnable_device_memory_is_registered_by_address_and_the_server_rdma_writes_re
     let mut plain = Buffer::from_device(&other, 0);
     let before = device_registrations();
     hipfs::io::bounce_pool::take_profile();
-    let moved = random_reads_into_device(&fh, &mut plain, &other, &data, 18, 6);
+    let moved = random_reads_into_device(&fh, &mut plain, &other, &data, 18, 6, false);
     let staged = hipfs::io::bounce_pool::take_profile().chunks;
     let d = delta(&before, &device_registrations());
     eprintln!("6 reads into an unregistered allocation: {moved} bytes, {staged} staged chunks, registrations {d:?}");

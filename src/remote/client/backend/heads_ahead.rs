@@ -11,12 +11,12 @@
 //!
 //! The rules are those of listings fetched ahead ([`super::prefetch`]):
 //! only mounts with change notices fetch ahead, any notice drops every
-//! copy and throws away fetches in flight, a copy is used once, by the
-//! credentials it was read with (the server opened each file as them),
-//! and only for the inode it was read from. An open answered here returns
-//! the contents the file had after the last change the mount was told of,
-//! which is what the kernel's cached pages of an open file already rest on
-//! (docs/CONSISTENCY.md).
+//! copy and throws away fetches in flight ([`super::ahead`]), a copy is
+//! used once, by the credentials it was read with (the server opened each
+//! file as them), and only for the inode it was read from. An open
+//! answered here returns the contents the file had after the last change
+//! the mount was told of, which is what the kernel's cached pages of an
+//! open file already rest on (docs/CONSISTENCY.md).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -26,6 +26,7 @@ use hipfs_fusefs::Ino;
 
 use super::super::super::proto::{Op, Payload, WireCred, MAX_HEAD, MAX_HEADS};
 use super::super::RemoteClient;
+use super::ahead::ChangeGeneration;
 use super::nodes::join_bytes;
 
 /// Opens of small files in one directory that went to the server, each
@@ -47,8 +48,8 @@ struct State {
     /// File path and credentials → (inode, contents, when fetched).
     files: HashMap<Key, (Ino, Vec<u8>, Instant)>,
     bytes: usize,
-    /// Counts change notices: a fetch that spans one is thrown away.
-    epoch: u64,
+    /// A fetch that spans a change notice is thrown away.
+    generation: ChangeGeneration,
     /// Directory → (small opens in a row, the last one).
     opens: HashMap<Key, (u32, Instant)>,
     /// Directories being fetched.
@@ -95,7 +96,7 @@ impl HeadsAhead {
     /// small files are fetched in the background.
     pub(super) fn opened_small(&self, path: &[u8], cred: &WireCred) {
         let dir = (parent(path).to_vec(), cred.clone());
-        let epoch = {
+        let generation = {
             let mut st = lock(&self.state);
             if st.unsupported || st.fetching.contains(&dir) {
                 return;
@@ -122,14 +123,14 @@ impl HeadsAhead {
             }
             st.opens.remove(&dir);
             st.fetching.insert(dir.clone());
-            st.epoch
+            st.generation.current()
         };
         let state = Arc::clone(&self.state);
         let client = self.client.clone();
         let spawned = std::thread::Builder::new()
             .name("hipfs-heads".into())
             .spawn(move || {
-                fetch_dir(&state, &client, &dir, epoch);
+                fetch_dir(&state, &client, &dir, generation);
                 lock(&state).fetching.remove(&dir);
             });
         if let Err(e) = spawned {
@@ -141,15 +142,15 @@ impl HeadsAhead {
     /// A change notice arrived: nothing fetched so far may be used.
     pub(super) fn changed(&self) {
         let mut st = lock(&self.state);
-        st.epoch += 1;
+        st.generation.changed();
         st.files.clear();
         st.bytes = 0;
     }
 }
 
 /// Fetches directory `dir`'s small files, batch after batch, while no
-/// notice arrives and there is room.
-fn fetch_dir(state: &Mutex<State>, client: &Weak<RemoteClient>, dir: &Key, epoch: u64) {
+/// notice arrives (the state is still at `generation`) and there is room.
+fn fetch_dir(state: &Mutex<State>, client: &Weak<RemoteClient>, dir: &Key, generation: u64) {
     let mut cookie = 0;
     loop {
         let Some(c) = client.upgrade() else { return };
@@ -171,7 +172,7 @@ fn fetch_dir(state: &Mutex<State>, client: &Weak<RemoteClient>, dir: &Key, epoch
             _ => return,
         };
         let mut st = lock(state);
-        if st.epoch != epoch {
+        if !st.generation.still(generation) {
             return;
         }
         let now = Instant::now();

@@ -12,6 +12,7 @@
 //! files and their data), [`cache`] (directory batches and missing-xattr
 //! answers); this file has the type and the `Backend` operations.
 
+mod ahead;
 mod cache;
 mod dir_attrs;
 mod files;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::super::super::proto::{DirItem, Op, Payload, WireCred};
 use super::super::RemoteClient;
+use super::ahead::ChangeGeneration;
 
 /// Listings queued, in flight or ready, at most.
 const MAX_SLOTS: usize = 256;
@@ -51,9 +52,9 @@ enum Slot {
 struct State {
     queue: VecDeque<Key>,
     slots: HashMap<Key, Slot>,
-    /// Counts the change notices seen: a fetch that started before the
-    /// latest one is thrown away.
-    epoch: u64,
+    /// A fetch that started before the latest change notice is thrown
+    /// away.
+    generation: ChangeGeneration,
     held_items: usize,
     fetching: bool,
     /// Directories listed lately → their subdirectories, until a walk
@@ -203,7 +204,7 @@ impl Prefetch {
     /// A change notice arrived: nothing fetched so far may be used.
     pub(super) fn changed(&self) {
         let mut st = self.shared.lock();
-        st.epoch += 1;
+        st.generation.changed();
         st.slots.retain(|_, s| !matches!(s, Slot::Ready { .. }));
         st.held_items = 0;
         self.shared.changed.notify_all();
@@ -234,7 +235,7 @@ fn fetch_loop(shared: &Shared) {
             continue;
         }
         st.slots.insert(key.clone(), Slot::InFlight);
-        let epoch = st.epoch;
+        let generation = st.generation.current();
         drop(st);
         let op = Op::Readdir {
             path: key.0.clone(),
@@ -252,7 +253,8 @@ fn fetch_loop(shared: &Shared) {
         let got = client.call(&key.1, op);
         drop(client);
         st = shared.lock();
-        let fresh = st.epoch == epoch && matches!(st.slots.get(&key), Some(Slot::InFlight));
+        let fresh =
+            st.generation.still(generation) && matches!(st.slots.get(&key), Some(Slot::InFlight));
         match got {
             Ok(Payload::Dir(items)) if fresh => {
                 let eof = items.len() < shared.batch as usize;
