@@ -262,3 +262,92 @@ fn a_working_directory_in_the_mount_survives_the_notices_of_changes_to_it() {
         format!("{}\na\nb\nsub\n", pwd.display())
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_change_to_files_alone_leaves_their_directory_cached() {
+    // chmod, a write, new times: the files change, their directory's
+    // entries and attributes do not, so its cached attributes and listing
+    // stay (such notices used to drop them: the next look at the directory
+    // asked the server again after every write in it).
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.e("d")).unwrap();
+    for i in 0..20 {
+        fs::write(f.e(&format!("d/f{i}")), b"old").unwrap();
+    }
+    fs::create_dir(f.e("w")).unwrap();
+    fs::write(f.e("w/marker"), b"").unwrap();
+    // Cached: the directory's attributes, its listing, the files', the
+    // marker's. Until a pass asks only to open the directory: the notices
+    // of the creates above may arrive after the first passes.
+    let look = || {
+        let dir = fs::metadata(f.m("d")).unwrap();
+        let listing = names(&f.m("d"));
+        for i in 0..20 {
+            fs::metadata(f.m(&format!("d/f{i}"))).unwrap();
+        }
+        fs::metadata(f.m("w/marker")).unwrap();
+        (dir, listing)
+    };
+    let t = Instant::now();
+    let (dir, listing) = loop {
+        let before = f.requests();
+        let seen = look();
+        if f.requests() - before <= 1 {
+            break seen;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never cached");
+    };
+    assert_eq!(listing.len(), 20);
+    fs::set_permissions(f.e("d/f3"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(f.e("d/f4"), b"new, longer").unwrap();
+    fs::File::open(f.e("d/f5"))
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000))
+        .unwrap();
+    // The marker changes last; notices are applied in order, so once the
+    // mount sees it, it has had those of the files. Waiting on the files
+    // themselves would walk through the directory before the count.
+    fs::set_permissions(f.e("w/marker"), fs::Permissions::from_mode(0o600)).unwrap();
+    eventually("the marker's chmod seen", || {
+        fs::metadata(f.m("w/marker")).unwrap().mode() & 0o7777 == 0o600
+    });
+    // (Listing a directory makes the kernel ask for its atime again: the
+    // look at it comes first.)
+    let before = f.requests();
+    let again = fs::metadata(f.m("d")).unwrap();
+    assert_eq!(names(&f.m("d")), listing);
+    let asked = f.requests() - before;
+    assert_eq!(
+        (
+            again.ino(),
+            again.mtime(),
+            again.mtime_nsec(),
+            again.nlink()
+        ),
+        (dir.ino(), dir.mtime(), dir.mtime_nsec(), dir.nlink())
+    );
+    // Opening the directory is all a cached listing costs (the directory's
+    // attributes asked again would be one more).
+    assert!(
+        asked <= 1,
+        "{asked} requests for a look at and a listing of a directory none of whose entries changed"
+    );
+    // The files' own changes are seen.
+    assert_eq!(fs::metadata(f.m("d/f3")).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(fs::read(f.m("d/f4")).unwrap(), b"new, longer");
+    assert_eq!(fs::metadata(f.m("d/f5")).unwrap().mtime(), 1_000_000);
+    // A change to its entries still reaches the listing at once.
+    fs::write(f.e("d/new"), b"").unwrap();
+    eventually("create seen in the listing", || {
+        names(&f.m("d")).len() == 21
+    });
+    fs::remove_file(f.e("d/f3")).unwrap();
+    eventually("delete seen in the listing", || {
+        !names(&f.m("d")).contains(&"f3".to_string())
+    });
+}

@@ -82,7 +82,7 @@ pub(crate) struct Link {
 /// A change notice pushed by the server (see `Op::Watch`).
 #[derive(Debug)]
 pub(crate) enum Notice {
-    /// (directory, name, inode now there) below the export root that changed.
+    /// Names below the export root that changed.
     Changed(Vec<ChangedName>),
     /// Anything may have changed (the server lost track, or this client
     /// was disconnected).
@@ -297,7 +297,7 @@ impl Link {
             .map_err(|e| e.to_string())
             .and_then(|m| Reply::decode(&m).map_err(|e| e.to_string()))?;
         if reply.id == NOTICE_ID {
-            if let Ok(Payload::Changed { names, everything }) = reply.result {
+            if let Some((names, everything)) = reply.result.ok().and_then(Payload::into_changes) {
                 let tx = self.notices.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(tx) = tx.as_ref() {
                     let _ = tx.send(Notice::Changed(names));

@@ -49,12 +49,17 @@ pub use types::{validate_rel_path, DirItem, HeadItem, ReadDest, WireCred, WireSe
 /// check their servers export the same namespace). A version 2 peer gets
 /// (and sends) the version 2 welcome. 4: replies to changes of a
 /// directory's entries carry the directory's attributes after the change
-/// (`Payload::InDir`); older peers never get them.
-pub const PROTO_VERSION: u16 = 4;
+/// (`Payload::InDir`); older peers never get them. 5: change notices say
+/// which names changed only as inodes (`Payload::ChangedKinds`), so a
+/// client keeps the directory's attributes and listing; older peers get
+/// `Payload::Changed`.
+pub const PROTO_VERSION: u16 = 5;
 /// The first version whose `Welcome` carries the export id.
 pub const EXPORT_ID_VERSION: u16 = 3;
 /// The first version whose entry-changing replies may be `Payload::InDir`.
 pub const PARENT_ATTR_VERSION: u16 = 4;
+/// The first version whose change notices are `Payload::ChangedKinds`.
+pub const NOTICE_KIND_VERSION: u16 = 5;
 /// The oldest version this build still speaks: version 1 had no message
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;

@@ -10,8 +10,21 @@ use super::{
     MAX_NAME, MAX_XATTR,
 };
 
-/// One changed name of a notice: directory, name, the inode it means now.
-pub type ChangedName = (Vec<u8>, Vec<u8>, u64);
+/// One changed name of a change notice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangedName {
+    /// The directory, below the export root.
+    pub dir: Vec<u8>,
+    /// The name in it; empty: the directory itself.
+    pub name: Vec<u8>,
+    /// The inode the name means now (0: nothing).
+    pub ino: u64,
+    /// Only the named inode changed (its attributes or contents: chmod,
+    /// utimes, a write), not the directory's entries: the directory's
+    /// attributes and cached listing still hold. Carried by
+    /// [`Payload::ChangedKinds`]; [`Payload::Changed`] decodes it `false`.
+    pub inode_only: bool,
+}
 
 /// Most names one change notice carries (the server sends more notices).
 pub const MAX_CHANGED: usize = 1024;
@@ -88,6 +101,14 @@ pub enum Payload {
     /// lost (the watch queue overflowed): every cached name and attribute
     /// may be stale.
     Changed {
+        /// What changed (`inode_only` is not sent).
+        names: Vec<ChangedName>,
+        /// Drop every cache.
+        everything: bool,
+    },
+    /// [`Payload::Changed`] with each name's `inode_only` (version 5
+    /// peers; older ones get `Changed`, see [`Payload::notice`]).
+    ChangedKinds {
         /// What changed.
         names: Vec<ChangedName>,
         /// Drop every cache.
@@ -113,6 +134,24 @@ impl Payload {
         match self {
             Payload::InDir { parent, inner } => (*inner, Some(parent)),
             p => (p, None),
+        }
+    }
+
+    /// A change notice as a peer speaking protocol `version` reads it.
+    pub fn notice(names: Vec<ChangedName>, everything: bool, version: u16) -> Payload {
+        if version >= super::NOTICE_KIND_VERSION {
+            Payload::ChangedKinds { names, everything }
+        } else {
+            Payload::Changed { names, everything }
+        }
+    }
+
+    /// The names and `everything` flag of a change notice of either form.
+    pub fn into_changes(self) -> Option<(Vec<ChangedName>, bool)> {
+        match self {
+            Payload::Changed { names, everything }
+            | Payload::ChangedKinds { names, everything } => Some((names, everything)),
+            _ => None,
         }
     }
 }
@@ -227,8 +266,14 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         }
         Payload::Changed { names, everything } => {
             w.u8(13).bool(*everything).u32(names.len() as u32);
-            for (dir, name, ino) in names {
-                w.bytes(dir).bytes(name).u64(*ino);
+            for n in names {
+                w.bytes(&n.dir).bytes(&n.name).u64(n.ino);
+            }
+        }
+        Payload::ChangedKinds { names, everything } => {
+            w.u8(17).bool(*everything).u32(names.len() as u32);
+            for n in names {
+                w.bytes(&n.dir).bytes(&n.name).u64(n.ino).bool(n.inode_only);
             }
         }
         Payload::InDir { parent, inner } => {
@@ -237,6 +282,30 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
             encode_payload(w, inner);
         }
     }
+}
+
+/// The body of a change notice; `kinds`: each name carries `inode_only`.
+fn decode_changed(r: &mut Reader<'_>, kinds: bool) -> Result<(Vec<ChangedName>, bool), ProtoError> {
+    let everything = r.bool("everything flag")?;
+    let n = r.count("changed names", MAX_CHANGED, 16)?;
+    let mut names = Vec::with_capacity(n);
+    for _ in 0..n {
+        let dir = r.bytes("changed directory", super::MAX_REL_PATH)?;
+        super::validate_rel_path(dir)?;
+        let name = r.bytes("changed name", MAX_NAME)?;
+        if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
+            return Err(ProtoError::BadPath("changed name".into()));
+        }
+        let ino = r.u64("changed inode")?;
+        let inode_only = kinds && r.bool("inode-only flag")?;
+        names.push(ChangedName {
+            dir: dir.to_vec(),
+            name: name.to_vec(),
+            ino,
+            inode_only,
+        });
+    }
+    Ok((names, everything))
 }
 
 fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
@@ -301,19 +370,12 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
             }
         }
         13 => {
-            let everything = r.bool("everything flag")?;
-            let n = r.count("changed names", MAX_CHANGED, 16)?;
-            let mut names = Vec::with_capacity(n);
-            for _ in 0..n {
-                let dir = r.bytes("changed directory", super::MAX_REL_PATH)?;
-                super::validate_rel_path(dir)?;
-                let name = r.bytes("changed name", MAX_NAME)?;
-                if name.contains(&b'/') || name.contains(&0) || name == b"." || name == b".." {
-                    return Err(ProtoError::BadPath("changed name".into()));
-                }
-                names.push((dir.to_vec(), name.to_vec(), r.u64("changed inode")?));
-            }
+            let (names, everything) = decode_changed(r, false)?;
             Payload::Changed { names, everything }
+        }
+        17 => {
+            let (names, everything) = decode_changed(r, true)?;
+            Payload::ChangedKinds { names, everything }
         }
         14 => {
             let fh = r.u64("fh")?;

@@ -190,6 +190,28 @@ fn entry() -> impl Strategy<Value = Entry> {
     (attr(), any::<u64>()).prop_map(|(attr, generation)| Entry { attr, generation })
 }
 
+fn changed_names() -> impl Strategy<Value = Vec<ChangedName>> {
+    proptest::collection::vec(
+        (
+            path(),
+            prop_oneof![Just(Vec::new()), name()],
+            any::<u64>(),
+            any::<bool>(),
+        ),
+        0..5,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .map(|(dir, name, ino, inode_only)| ChangedName {
+                dir,
+                name,
+                ino,
+                inode_only,
+            })
+            .collect()
+    })
+}
+
 fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
     prop_oneof![
         (1i32..4096).prop_map(Err),
@@ -250,6 +272,19 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
         })),
         any::<u32>().prop_map(|n| Ok(Payload::Written(n))),
         proptest::collection::vec(name(), 0..5).prop_map(|v| Ok(Payload::Names(v))),
+        // The version 2-4 form carries no kinds: they decode as `false`.
+        (changed_names(), any::<bool>()).prop_map(|(names, everything)| Ok(Payload::Changed {
+            names: names
+                .into_iter()
+                .map(|n| ChangedName {
+                    inode_only: false,
+                    ..n
+                })
+                .collect(),
+            everything
+        })),
+        (changed_names(), any::<bool>())
+            .prop_map(|(names, everything)| Ok(Payload::ChangedKinds { names, everything })),
         any::<(u64, u64, u32)>().prop_map(|(a, b, c)| Ok(Payload::Statfs(StatFs {
             blocks: a,
             bfree: b,
@@ -261,6 +296,31 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
             frsize: c
         }))),
     ]
+}
+
+#[test]
+fn a_notice_takes_the_form_its_reader_speaks() {
+    let names = vec![ChangedName {
+        dir: b"d".to_vec(),
+        name: b"f".to_vec(),
+        ino: 7,
+        inode_only: true,
+    }];
+    let read_by = |version| {
+        let msg = Reply {
+            id: NOTICE_ID,
+            result: Ok(Payload::notice(names.clone(), false, version)),
+        }
+        .encode();
+        Reply::decode(&msg).unwrap().result.unwrap()
+    };
+    // A version 4 client reads tag 13 only; it learns no kinds.
+    let old = read_by(NOTICE_KIND_VERSION - 1);
+    assert!(matches!(old, Payload::Changed { .. }));
+    assert!(!old.into_changes().unwrap().0[0].inode_only);
+    let new = read_by(NOTICE_KIND_VERSION);
+    assert!(matches!(new, Payload::ChangedKinds { .. }));
+    assert_eq!(new.into_changes(), Some((names.clone(), false)));
 }
 
 #[test]

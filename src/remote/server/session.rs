@@ -68,6 +68,11 @@ impl Session {
         self.watching.load(Ordering::Relaxed)
     }
 
+    /// The protocol version agreed with this connection's client.
+    pub(crate) fn version(&self) -> u16 {
+        self.version
+    }
+
     pub(crate) fn new(
         conn: Arc<dyn Connection>,
         send_from_file: bool,

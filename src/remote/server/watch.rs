@@ -12,7 +12,7 @@
 //! A full event queue, or a directory that could not be watched, is
 //! reported as `everything`: clients then drop all they cached.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -65,6 +65,39 @@ const MASK: WatchFlags = WatchFlags::CREATE
 /// server stops (a burst of events gathers for `ServeConfig::notice_gather`
 /// before it is sent).
 const IDLE: Duration = Duration::from_millis(200);
+
+/// Events that change the named inode only, never the entries of the
+/// directory reporting them (whose attributes stay as they were).
+const INODE_ONLY: ReadFlags = ReadFlags::ATTRIB
+    .union(ReadFlags::MODIFY)
+    .union(ReadFlags::CLOSE_WRITE)
+    .union(ReadFlags::ISDIR);
+
+/// The `(directory, name)` pairs of one batch of events, each once, in
+/// the order first seen, with whether every event about it changed only
+/// the inode (one entry change anywhere in the batch makes it an entry
+/// change).
+#[derive(Default)]
+struct Gathered {
+    order: Vec<(DirName, bool)>,
+    at: HashMap<DirName, usize>,
+}
+
+/// A directory below the export root and a name in it.
+type DirName = (Vec<u8>, Vec<u8>);
+
+impl Gathered {
+    fn add(&mut self, dir: Vec<u8>, name: Vec<u8>, inode_only: bool) {
+        let key = (dir, name);
+        match self.at.get(&key) {
+            Some(&i) => self.order[i].1 &= inode_only,
+            None => {
+                self.at.insert(key.clone(), self.order.len());
+                self.order.push((key, inode_only));
+            }
+        }
+    }
+}
 
 struct Tree {
     fd: OwnedFd,
@@ -213,7 +246,7 @@ fn run(shared: &Arc<ServerShared>) {
         if shared.is_stopping() {
             return;
         }
-        let mut names: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let mut names = Gathered::default();
         let mut everything = false;
         let mut got = false;
         for round in 0..2 {
@@ -242,23 +275,27 @@ fn run(shared: &Arc<ServerShared>) {
                     continue;
                 };
                 let Some(name) = name else {
-                    names.push((dir, Vec::new()));
+                    names.add(dir, Vec::new(), false);
                     continue;
                 };
                 let path = join(&dir, &name);
+                let mut found = Vec::new();
                 if flags.contains(ReadFlags::ISDIR) {
                     if flags.contains(ReadFlags::MOVED_FROM) {
                         moving.insert(cookie, path.clone());
                     } else if flags.contains(ReadFlags::MOVED_TO) {
                         match moving.remove(&cookie) {
                             Some(from) => tree.rename(&from, &path),
-                            None => everything |= !tree.add(shared, path.clone(), &mut names),
+                            None => everything |= !tree.add(shared, path.clone(), &mut found),
                         }
                     } else if flags.contains(ReadFlags::CREATE) {
-                        everything |= !tree.add(shared, path.clone(), &mut names);
+                        everything |= !tree.add(shared, path.clone(), &mut found);
                     }
                 }
-                names.push((dir, name));
+                for (d, n) in found {
+                    names.add(d, n, false);
+                }
+                names.add(dir, name, INODE_ONLY.contains(flags));
             }
             if round == 0 && got {
                 std::thread::sleep(shared.notice_gather);
@@ -274,17 +311,21 @@ fn run(shared: &Arc<ServerShared>) {
             let _ = hipfs_sys::process::poll_readable(tree.fd.as_fd(), IDLE.as_millis() as i32);
             continue;
         }
-        let mut seen = HashSet::new();
-        names.retain(|n| seen.insert(n.clone()));
         let names = names
+            .order
             .into_iter()
-            .map(|(dir, name)| {
+            .map(|((dir, name), inode_only)| {
                 let ino = if name.is_empty() {
                     0
                 } else {
                     ino_now(shared, &dir, &name)
                 };
-                (dir, name, ino)
+                ChangedName {
+                    dir,
+                    name,
+                    ino,
+                    inode_only,
+                }
             })
             .collect();
         push(shared, names, everything);
@@ -317,7 +358,7 @@ fn push(shared: &ServerShared, names: Vec<ChangedName>, everything: bool) {
     let mut chunks: Vec<Vec<ChangedName>> = vec![Vec::new()];
     let mut bytes = 0;
     for n in names {
-        let len = n.0.len() + n.1.len() + 16;
+        let len = n.dir.len() + n.name.len() + 17;
         let full = chunks
             .last()
             .is_some_and(|c| c.len() >= MAX_CHANGED || bytes + len > MAX_BYTES);
@@ -330,18 +371,22 @@ fn push(shared: &ServerShared, names: Vec<ChangedName>, everything: bool) {
             c.push(n);
         }
     }
-    let msgs: Vec<Vec<u8>> = chunks
-        .into_iter()
-        .map(|names| {
-            Reply {
-                id: NOTICE_ID,
-                result: Ok(Payload::Changed { names, everything }),
-            }
-            .encode()
-        })
-        .collect();
+    // Each form once: what each protocol version reads.
+    let mut by_version: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
     for s in sessions {
-        for m in &msgs {
+        let msgs = by_version.entry(s.version()).or_insert_with(|| {
+            chunks
+                .iter()
+                .map(|names| {
+                    Reply {
+                        id: NOTICE_ID,
+                        result: Ok(Payload::notice(names.clone(), everything, s.version())),
+                    }
+                    .encode()
+                })
+                .collect()
+        });
+        for m in msgs.iter() {
             if let Err(e) = s.send(m.clone()) {
                 log::info!("change notice not delivered: {e}");
                 break;

@@ -98,23 +98,37 @@ fn apply_loop(fs: &Weak<RemoteFs>, rx: &Receiver<Notice>, inv: &Invalidator) {
 
 fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
     let mut wanted = HashSet::new();
-    for (dir, name, _) in &names {
-        wanted.insert(dir.clone());
-        if !name.is_empty() {
-            wanted.insert(join_bytes(dir, name));
+    for n in &names {
+        wanted.insert(n.dir.clone());
+        if !n.name.is_empty() {
+            wanted.insert(join_bytes(&n.dir, &n.name));
         }
     }
     let inos = fs.inos_of(&wanted);
     let mut changed: HashSet<Ino> = HashSet::new();
-    for (dir, name, now) in &names {
+    for ChangedName {
+        dir,
+        name,
+        ino: now,
+        inode_only,
+    } in &names
+    {
         let dirs = inos.get(dir).map(Vec::as_slice).unwrap_or_default();
+        let known = (!name.is_empty())
+            .then(|| inos.get(&join_bytes(dir, name)))
+            .flatten();
+        // Only the inode changed, and the kernel's name still means it: the
+        // directory's entries, attributes and listing are as they were.
+        if *inode_only && *now != 0 && known.is_some_and(|v| v.contains(now)) {
+            changed.insert(*now);
+            continue;
+        }
         changed.extend(dirs);
         if name.is_empty() {
             continue;
         }
         // Someone may have made this name: ask the server from now on.
         dirs.iter().for_each(|d| fs.note_name_in(*d, name));
-        let known = inos.get(&join_bytes(dir, name));
         // A name that no longer means a directory made here: that inode
         // number may come back as another directory.
         known
