@@ -62,7 +62,7 @@ pub fn caller_killed() -> bool {
     if closing() {
         return true;
     }
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+    let Ok(status) = super::credentials::read_proc_status(pid) else {
         // Gone: nobody is waiting.
         return true;
     };

@@ -183,6 +183,17 @@ pub fn raw_handshake(addr: &str, cred: RawCred<'_>) -> Result<RawConn, String> {
 /// [`raw_handshake`] over `lanes` TCP streams. A refusal that comes before
 /// the challenge (e.g. the server's connection limit) is returned too.
 pub fn raw_handshake_lanes(addr: &str, cred: RawCred<'_>, lanes: usize) -> Result<RawConn, String> {
+    raw_handshake_as(addr, cred, lanes, None)
+}
+
+/// [`raw_handshake_lanes`] speaking only protocol `version` (`None`: every
+/// version this build speaks), as an older client would.
+pub fn raw_handshake_as(
+    addr: &str,
+    cred: RawCred<'_>,
+    lanes: usize,
+    version: Option<u16>,
+) -> Result<RawConn, String> {
     use hipfs::remote::auth::{secret_id, transcript, Token, CLIENT_PROOF};
     use hipfs::remote::proto::{Challenge, CredKind, Hello, Kind, Proof, Refused, Welcome};
     use hipfs::remote::seal::{Opener, Sealer};
@@ -191,8 +202,11 @@ pub fn raw_handshake_lanes(addr: &str, cred: RawCred<'_>, lanes: usize) -> Resul
     let conn = hipfs_rdma::connect(addr, &cfg).map_err(|e| e.to_string())?;
     let t = Duration::from_secs(5);
     let nonce = [7u8; 32];
-    conn.send(&Hello::new(nonce).encode())
-        .map_err(|e| e.to_string())?;
+    let mut hello = Hello::new(nonce);
+    if let Some(v) = version {
+        (hello.min_version, hello.max_version) = (v, v);
+    }
+    conn.send(&hello.encode()).map_err(|e| e.to_string())?;
     let first = conn.recv(t).map_err(|e| e.to_string())?;
     if Kind::of(&first) == Ok(Kind::Refused) {
         return Err(Refused::decode(&first).map_err(|e| e.to_string())?.reason);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions, NOTIFIED_TTL};
 
-use crate::remote_common::Fixture;
+use crate::remote_common::{local_socket_of, raw_call, raw_handshake_as, Fixture, RawCred};
 
 /// A second mount of the fixture's export.
 struct Second {
@@ -350,4 +350,72 @@ fn a_change_to_files_alone_leaves_their_directory_cached() {
     eventually("delete seen in the listing", || {
         !names(&f.m("d")).contains(&"f3".to_string())
     });
+}
+
+#[test]
+fn notices_take_the_form_of_the_protocol_version_each_client_speaks() {
+    // No FUSE: two raw clients of one server, one speaking only version 4
+    // (notices without kinds), one version 5 (which names changed only as
+    // inodes).
+    use hipfs::remote::proto::{Op, Payload, Reply, Request, WireCred, NOTICE_ID};
+    use hipfs::remote::server::{ServeConfig, Server};
+    let export = tempfile::tempdir().unwrap();
+    fs::write(export.path().join("a"), b"x").unwrap();
+    let mut cfg = ServeConfig::new(export.path(), "127.0.0.1:0");
+    cfg.transport = hipfs_rdma::TransportKind::Tcp;
+    let server = Server::start(cfg).unwrap();
+    let addr = server.local_addr().to_string();
+    let lanes = hipfs::remote::server::transport_config(hipfs_rdma::TransportKind::Tcp).lanes;
+    let watching = |version| {
+        let ticket = local_socket_of(&addr);
+        let c = raw_handshake_as(&addr, RawCred::Ticket(&ticket), lanes, Some(version)).unwrap();
+        let op = Request {
+            id: 1,
+            cred: WireCred::default(),
+            op: Op::Watch,
+        };
+        let r = raw_call(&c, &op.encode());
+        assert_eq!(r.result, Ok(Payload::Empty), "watch as version {version}");
+        c
+    };
+    let (v4, v5) = (watching(4), watching(5));
+    fs::set_permissions(export.path().join("a"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::write(export.path().join("b"), b"").unwrap();
+    // Each client's notices until both names were in them: the payloads,
+    // and each name's last `inode_only`.
+    let notices = |c: &crate::remote_common::RawConn| {
+        let t = Instant::now();
+        let mut payloads = Vec::new();
+        let mut kinds = std::collections::HashMap::new();
+        while kinds.len() < 2 {
+            let left = Duration::from_secs(5).saturating_sub(t.elapsed());
+            assert!(
+                !left.is_zero(),
+                "notices of a and b not all seen: {kinds:?}"
+            );
+            let reply = Reply::decode(&c.recv(left).unwrap()).unwrap();
+            assert_eq!(reply.id, NOTICE_ID);
+            let p = reply.result.unwrap();
+            let (names, _) = p.clone().into_changes().expect("a change notice");
+            for n in names.into_iter().filter(|n| n.dir.is_empty()) {
+                kinds.insert(String::from_utf8(n.name).unwrap(), n.inode_only);
+            }
+            payloads.push(p);
+        }
+        (payloads, kinds)
+    };
+    let (p4, k4) = notices(&v4);
+    assert!(
+        p4.iter().all(|p| matches!(p, Payload::Changed { .. })),
+        "version 4 got {p4:?}"
+    );
+    assert!(!k4["a"]);
+    assert!(!k4["b"]);
+    let (p5, k5) = notices(&v5);
+    assert!(
+        p5.iter().all(|p| matches!(p, Payload::ChangedKinds { .. })),
+        "version 5 got {p5:?}"
+    );
+    assert!(k5["a"], "a chmod changes only the inode");
+    assert!(!k5["b"], "a create changes the directory's entries");
 }
