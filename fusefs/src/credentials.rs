@@ -70,14 +70,26 @@ pub(crate) fn read_proc_groups(pid: u32) -> Option<Vec<u32>> {
     parse_groups_line(&status)
 }
 
-/// `/proc/<pid>/status` in one read: it says its size is 0, so
-/// `read_to_string` would stat it and then read it in small growing pieces
-/// (nine system calls on a request's path instead of four).
+/// `/proc/<pid>/status` in one read (and one more that finds the end): it
+/// says its size is 0, so `read_to_string` would stat it, seek, and read
+/// it in small growing pieces, all on the path of a request.
 pub(crate) fn read_proc_status(pid: u32) -> std::io::Result<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(format!("/proc/{pid}/status"))?;
-    let mut buf = Vec::with_capacity(4096);
-    f.read_to_end(&mut buf)?;
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
     String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
