@@ -531,3 +531,50 @@ fn a_directory_looked_at_after_each_create_costs_no_round_trip_and_stays_true() 
     fs::write(f.m("made/after"), b"x").unwrap();
     assert_eq!(dir_state(&f.m("made")), dir_state(&f.e("made")));
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_file_made_without_o_excl_costs_no_xattr_question_unless_it_inherited_some() {
+    require_fuse!();
+    // The notices of the mount's own creates wait a second on the server,
+    // so that none lands in the counted loop (the count would then depend
+    // on how fast this machine is).
+    let f = Fixture::with(|c| c.notice_gather = Duration::from_secs(1), "");
+    fs::create_dir(f.e("plain")).unwrap();
+    fs::create_dir(f.e("acl")).unwrap();
+    set_xattr(&f.e("acl"), "system.posix_acl_default", &acl_for(65534, 4)).unwrap();
+    settled(&f, || {
+        fs::metadata(f.m("plain")).unwrap();
+        fs::metadata(f.m("acl")).unwrap();
+    });
+    // As a shell's `>` or Python's open(path, "w") make files: O_CREAT and
+    // O_TRUNC, no O_EXCL (so the file may have been there, with a file
+    // capability the kernel checks before the first write).
+    const N: u64 = 20;
+    let before = f.requests();
+    for i in 0..N {
+        fs::write(f.m(&format!("plain/f{i}")), b"data").unwrap();
+    }
+    let asked = f.requests() - before;
+    // A lookup (of a name not there yet), a create and a write each;
+    // asking the server for the capability would be N more.
+    assert!(
+        asked <= 3 * N + 2,
+        "{asked} requests for {N} files made and written"
+    );
+    for i in 0..N {
+        assert_eq!(fs::read(f.e(&format!("plain/f{i}"))).unwrap(), b"data");
+    }
+    // A file that inherits the directory's default ACL has attributes: the
+    // mount asks for them and sees the inherited ACL.
+    fs::write(f.m("acl/g"), b"x").unwrap();
+    let inherited = get_xattr(&f.e("acl/g"), ACL_ACCESS);
+    assert!(
+        inherited.is_ok(),
+        "the export's file has no ACL: {inherited:?}"
+    );
+    assert_eq!(get_xattr(&f.m("acl/g"), ACL_ACCESS), inherited);
+}

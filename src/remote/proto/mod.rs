@@ -52,7 +52,8 @@ pub use types::{validate_rel_path, DirItem, HeadItem, ReadDest, WireCred, WireSe
 /// (`Payload::InDir`); older peers never get them. 5: change notices say
 /// which names changed only as inodes (`Payload::ChangedKinds`), so a
 /// client keeps the directory's attributes and listing; older peers get
-/// `Payload::Changed`.
+/// `Payload::Changed`. A created file's reply says when the file has no
+/// extended attributes (`Payload::Created::no_xattrs`).
 pub const PROTO_VERSION: u16 = 5;
 /// The first version whose `Welcome` carries the export id.
 pub const EXPORT_ID_VERSION: u16 = 3;
@@ -60,6 +61,8 @@ pub const EXPORT_ID_VERSION: u16 = 3;
 pub const PARENT_ATTR_VERSION: u16 = 4;
 /// The first version whose change notices are `Payload::ChangedKinds`.
 pub const NOTICE_KIND_VERSION: u16 = 5;
+/// The first version told that a created file has no extended attributes.
+pub const CREATED_NO_XATTRS_VERSION: u16 = 5;
 /// The oldest version this build still speaks: version 1 had no message
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;

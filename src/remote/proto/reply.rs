@@ -68,6 +68,12 @@ pub enum Payload {
         entry: Entry,
         /// Its server handle.
         fh: u64,
+        /// It had no extended attributes at all just after the create
+        /// (none inherited, e.g. a default ACL): the client need not ask
+        /// for the file capability the kernel checks before the first
+        /// write. Only version 5 peers are told (tag 18); `false` says
+        /// nothing.
+        no_xattrs: bool,
     },
     /// `n` bytes read; `data` is empty when they were placed remotely.
     Read {
@@ -227,8 +233,12 @@ fn encode_payload(w: &mut Writer, p: &Payload) {
         Payload::Opened { fh } => {
             w.u8(5).u64(*fh);
         }
-        Payload::Created { entry, fh } => {
-            w.u8(6);
+        Payload::Created {
+            entry,
+            fh,
+            no_xattrs,
+        } => {
+            w.u8(if *no_xattrs { 18 } else { 6 });
             encode_entry(w, entry);
             w.u64(*fh);
         }
@@ -332,9 +342,10 @@ fn decode_payload(r: &mut Reader<'_>, tag: u8) -> Result<Payload, ProtoError> {
             Payload::Dir(items)
         }
         5 => Payload::Opened { fh: r.u64("fh")? },
-        6 => Payload::Created {
+        6 | 18 => Payload::Created {
             entry: decode_entry(r)?,
             fh: r.u64("fh")?,
+            no_xattrs: tag == 18,
         },
         7 => {
             let n = r.u32("bytes read")?;

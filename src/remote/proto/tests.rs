@@ -230,10 +230,20 @@ fn payload() -> impl Strategy<Value = Result<Payload, i32>> {
                     .collect()
             ))
         ),
-        (entry(), any::<u64>()).prop_map(|(entry, fh)| Ok(Payload::Created { entry, fh })),
+        (entry(), any::<u64>(), any::<bool>()).prop_map(|(entry, fh, no_xattrs)| Ok(
+            Payload::Created {
+                entry,
+                fh,
+                no_xattrs
+            }
+        )),
         (attr(), entry(), any::<u64>()).prop_map(|(parent, entry, fh)| Ok(Payload::InDir {
             parent,
-            inner: Box::new(Payload::Created { entry, fh })
+            inner: Box::new(Payload::Created {
+                entry,
+                fh,
+                no_xattrs: false
+            })
         })),
         (attr(), entry()).prop_map(|(parent, e)| Ok(Payload::InDir {
             parent,

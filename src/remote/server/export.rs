@@ -394,13 +394,27 @@ impl Export {
     /// `O_NONBLOCK` keeps the open itself from blocking, the type check
     /// after it from doing I/O on it.
     pub fn create(&self, rel: &[u8], mode: u32, flags: i32) -> Result<(Entry, OwnedFd), Errno> {
+        self.create_asking_xattrs(rel, mode, flags, false)
+            .map(|(entry, fd, _)| (entry, fd))
+    }
+
+    /// [`Export::create`], and with `ask` whether the file has no extended
+    /// attributes at all now (`false` when not asked or not sure).
+    pub fn create_asking_xattrs(
+        &self,
+        rel: &[u8],
+        mode: u32,
+        flags: i32,
+        ask: bool,
+    ) -> Result<(Entry, OwnedFd, bool), Errno> {
         let (dir, name) = open_parent(self.root_fd(), rel)?;
         let keep = libc::O_ACCMODE | libc::O_APPEND | libc::O_TRUNC | libc::O_EXCL;
         let flags = (flags & keep) | libc::O_CREAT | libc::O_NONBLOCK | libc::O_NOCTTY;
         let fd = open_beneath(dir.as_fd(), &name, flags, mode)?;
         let st = stat_fd(&fd)?;
         only_regular(&st)?;
-        Ok((self.entry(&st), fd))
+        let none = ask && !has_xattrs(dir.as_fd(), name.as_bytes());
+        Ok((self.entry(&st), fd, none))
     }
 
     /// An extended attribute's value.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{
-    HeadItem, Op, Payload, ReadDest, Request, WireCred, MAX_HEAD, MAX_HEADS, MAX_IO,
-    MAX_PLACED_READ, PARENT_ATTR_VERSION,
+    HeadItem, Op, Payload, ReadDest, Request, WireCred, CREATED_NO_XATTRS_VERSION, MAX_HEAD,
+    MAX_HEADS, MAX_IO, MAX_PLACED_READ, PARENT_ATTR_VERSION,
 };
 use super::super::seal::Sealer;
 use super::creds::{become_user, privileged_xattr};
@@ -360,10 +360,12 @@ impl Session {
             }
             Op::Create { path, mode, flags } => {
                 self.may_open()?;
-                let (entry, fd) = ex.create(path, *mode, *flags)?;
+                let ask = self.version >= CREATED_NO_XATTRS_VERSION;
+                let (entry, fd, no_xattrs) = ex.create_asking_xattrs(path, *mode, *flags, ask)?;
                 Ok(Payload::Created {
                     entry,
                     fh: self.add_file(fd)?,
+                    no_xattrs,
                 })
             }
             Op::Release { fh } => {

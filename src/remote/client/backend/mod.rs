@@ -444,11 +444,20 @@ impl Backend for RemoteFs {
                 flags,
             },
         )?;
-        let Payload::Created { entry, fh } = p else {
+        let Payload::Created {
+            entry,
+            fh,
+            no_xattrs,
+        } = p
+        else {
             return Err(Errno::EIO);
         };
         self.remember(path.clone(), &entry);
-        if flags & libc::O_EXCL != 0 {
+        if no_xattrs {
+            // The server looked: the kernel's capability check before the
+            // first write, and any other xattr question, need not ask it.
+            self.note_no_xattrs(entry.attr.ino);
+        } else if flags & libc::O_EXCL != 0 {
             // A file this create made has no file capability (only setcap
             // sets one; a notice clears this if someone does): the kernel's
             // check before the first write need not ask the server.
