@@ -353,10 +353,10 @@ fn a_change_to_files_alone_leaves_their_directory_cached() {
 }
 
 #[test]
-fn notices_take_the_form_of_the_protocol_version_each_client_speaks() {
+fn notices_and_create_replies_take_the_form_of_the_protocol_version_each_client_speaks() {
     // No FUSE: two raw clients of one server, one speaking only version 4
     // (notices without kinds), one version 5 (which names changed only as
-    // inodes).
+    // inodes, and is told when a new file has no extended attributes).
     use hipfs::remote::proto::{Op, Payload, Reply, Request, WireCred, NOTICE_ID};
     use hipfs::remote::server::{ServeConfig, Server};
     let export = tempfile::tempdir().unwrap();
@@ -418,4 +418,23 @@ fn notices_take_the_form_of_the_protocol_version_each_client_speaks() {
     );
     assert!(k5["a"], "a chmod changes only the inode");
     assert!(!k5["b"], "a create changes the directory's entries");
+    // A create's reply says the new file has no extended attributes to
+    // version 5 only.
+    let create = |c: &crate::remote_common::RawConn, name: &str| {
+        let op = Request {
+            id: 2,
+            cred: WireCred::default(),
+            op: Op::Create {
+                path: name.as_bytes().to_vec(),
+                mode: 0o644,
+                flags: libc::O_WRONLY | libc::O_EXCL,
+            },
+        };
+        match raw_call(c, &op.encode()).result.unwrap().split_parent().0 {
+            Payload::Created { no_xattrs, .. } => no_xattrs,
+            p => panic!("a create answered {p:?}"),
+        }
+    };
+    assert!(!create(&v4, "c4"), "told a version 4 client");
+    assert!(create(&v5, "c5"), "a new file without attributes");
 }
