@@ -56,6 +56,11 @@ pub struct MountOptions {
     pub max_readahead: Option<u32>,
     /// Answer extended-attribute calls with ENOSYS (faster `ls -l`).
     pub no_xattr: bool,
+    /// No POSIX ACLs through this mount (`noacl`, as NFS's): their
+    /// attributes are answered "not supported" and the kernel checks mode
+    /// bits only (the server still applies ACLs as the caller). `ls -l`
+    /// then stops asking for every file's ACL; other xattrs stay.
+    pub no_acl: bool,
     /// `hard` (the default) retries a request until the server answers or
     /// the caller is killed; `soft` fails it after `timeout` (see
     /// [`ClientConfig::hard`] and README "Mount options").
@@ -86,6 +91,7 @@ impl Default for MountOptions {
             threads: None,
             max_readahead: None,
             no_xattr: false,
+            no_acl: false,
             hard: true,
             tls_ca: None,
             tls_name: None,
@@ -168,6 +174,7 @@ impl MountOptions {
                 }
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
+                "noacl" => o.no_acl = true,
                 "hard" => o.hard = true,
                 "soft" => o.hard = false,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
@@ -267,7 +274,7 @@ impl MountOptions {
             m.cache_dir = true;
             // The kernel keeps ACLs until the inode is invalidated (not
             // for a lifetime), so only a notified mount may let it.
-            m.posix_acl = !self.no_xattr;
+            m.posix_acl = !self.no_xattr && !self.no_acl;
         }
         if let Some(t) = self.negative_timeout {
             m.negative_timeout = t;
@@ -408,7 +415,9 @@ fn mount_client(
     fs_name: &str,
     server_ro: bool,
 ) -> Result<MountHandle, RemoteError> {
-    let mut fs = RemoteFs::new(client.clone()).without_xattrs(opts.no_xattr);
+    let mut fs = RemoteFs::new(client.clone())
+        .without_xattrs(opts.no_xattr)
+        .without_acls(opts.no_acl);
     if let Some(c) = cluster {
         fs = fs.with_cluster(c);
     }

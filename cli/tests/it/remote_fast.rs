@@ -578,3 +578,47 @@ fn a_file_made_without_o_excl_costs_no_xattr_question_unless_it_inherited_some()
     );
     assert_eq!(get_xattr(&f.m("acl/g"), ACL_ACCESS), inherited);
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn with_noacl_acls_read_as_not_supported_and_other_attributes_still_work() {
+    require_fuse!();
+    let f = Fixture::with(|_| {}, "noacl");
+    fs::write(f.e("a"), b"x").unwrap();
+    set_xattr(&f.e("a"), ACL_ACCESS, &acl_for(65534, 4)).unwrap();
+    set_xattr(&f.e("a"), "user.kept", b"v").unwrap();
+    let acl = get_xattr(&f.e("a"), ACL_ACCESS).unwrap();
+    // The export's ACL reads as not supported (which `ls -l` remembers for
+    // the whole filesystem) and cannot be set through the mount.
+    assert_eq!(get_xattr(&f.m("a"), ACL_ACCESS), Err(libc::EOPNOTSUPP));
+    assert_eq!(
+        set_xattr(&f.m("a"), ACL_ACCESS, &acl_for(65534, 6)),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(
+        get_xattr(&f.m("."), "system.posix_acl_default"),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(get_xattr(&f.e("a"), ACL_ACCESS), Ok(acl));
+    // Other attributes: listed, read and set as ever.
+    let names = list_xattrs(&f.m("a"));
+    assert!(names.contains(&"user.kept".to_string()), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("system.posix_acl")),
+        "{names:?}"
+    );
+    assert_eq!(get_xattr(&f.m("a"), "user.kept"), Ok(b"v".to_vec()));
+    set_xattr(&f.m("a"), "user.new", b"w").unwrap();
+    assert_eq!(get_xattr(&f.e("a"), "user.new"), Ok(b"w".to_vec()));
+    // `ls -l` works, showing the file.
+    let out = std::process::Command::new("ls")
+        .arg("-l")
+        .arg(f.mnt.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" a\n"));
+}

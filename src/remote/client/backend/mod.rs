@@ -62,6 +62,8 @@ pub struct RemoteFs {
     /// Extended attributes switched off (`-o noxattr`): answered `ENOSYS`,
     /// after which the kernel stops asking (as with sshfs).
     no_xattr: bool,
+    /// POSIX ACLs switched off (`-o noacl`, see [`RemoteFs::without_acls`]).
+    no_acl: bool,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     /// Open handle → (caller pid, when its last read or write succeeded):
@@ -124,6 +126,12 @@ pub fn is_lsm_label(name: &OsStr) -> bool {
     n == b"security.selinux" || n.starts_with(b"security.SMACK64") || n == b"security.apparmor"
 }
 
+/// Whether `name` is one of the attributes that hold POSIX ACLs.
+fn is_posix_acl(name: &OsStr) -> bool {
+    let n = name.as_bytes();
+    n == b"system.posix_acl_access" || n == b"system.posix_acl_default"
+}
+
 fn errno(e: i32) -> Errno {
     Errno::new(e)
 }
@@ -175,6 +183,7 @@ impl RemoteFs {
             missing_xattrs: Mutex::new(HashMap::new()),
             xattr_ttl: Duration::from_secs(1),
             no_xattr: false,
+            no_acl: false,
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
@@ -198,6 +207,21 @@ impl RemoteFs {
     pub fn without_xattrs(mut self, off: bool) -> RemoteFs {
         self.no_xattr = off;
         self
+    }
+
+    /// Turns POSIX ACLs off for this mount (`-o noacl`): their attributes
+    /// are answered "not supported", which `ls -l` remembers for the whole
+    /// filesystem instead of asking for every file; other extended
+    /// attributes stay.
+    pub fn without_acls(mut self, off: bool) -> RemoteFs {
+        self.no_acl = off;
+        self
+    }
+
+    /// Whether this mount carries the extended attribute `name` (security
+    /// module labels never; POSIX ACLs unless `noacl`).
+    fn carries(&self, name: &OsStr) -> bool {
+        !(is_lsm_label(name) || (self.no_acl && is_posix_acl(name)))
     }
 
     /// Remembers missing extended attributes for `ttl` (0 disables).
@@ -677,7 +701,7 @@ impl Backend for RemoteFs {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
         }
-        if is_lsm_label(name) {
+        if !self.carries(name) {
             return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
@@ -716,7 +740,7 @@ impl Backend for RemoteFs {
                 Payload::Names(v) => Ok(v
                     .into_iter()
                     .map(OsString::from_vec)
-                    .filter(|n| !is_lsm_label(n))
+                    .filter(|n| self.carries(n))
                     .collect()),
                 _ => Err(Errno::EIO),
             }
@@ -734,7 +758,7 @@ impl Backend for RemoteFs {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
         }
-        if is_lsm_label(name) {
+        if !self.carries(name) {
             return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
@@ -760,7 +784,7 @@ impl Backend for RemoteFs {
         if self.no_xattr {
             return Err(Errno::ENOSYS);
         }
-        if is_lsm_label(name) {
+        if !self.carries(name) {
             return Err(Errno::EOPNOTSUPP);
         }
         let name = name.as_bytes().to_vec();
