@@ -213,7 +213,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, negative_timeout=S, nowatch, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, noacl, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, negative_timeout=S, nowatch, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
