@@ -1,7 +1,8 @@
 //! The rule that things fetched ahead ([`super::prefetch`],
 //! [`super::heads_ahead`]) share: a change notice drops everything fetched
 //! so far, and a fetch that was under way when a notice arrived is thrown
-//! away when it lands.
+//! away when it lands. Directory attributes kept from replies
+//! ([`super::dir_attrs`]) follow it too, a forget in place of the notice.
 
 /// Counts the change notices a mount's fetches ahead have seen. A fetch
 /// notes the generation when it starts and keeps what it got only if the

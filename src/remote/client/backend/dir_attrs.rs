@@ -18,6 +18,8 @@ use std::sync::Mutex;
 
 use hipfs_fusefs::{Attr, FileKind, Ino};
 
+use super::ahead::ChangeGeneration;
+
 /// Directories remembered at most (the table is emptied when full: a miss
 /// costs only the round trip it would have cost anyway).
 const MAX_DIRS: usize = 4096;
@@ -32,7 +34,7 @@ struct Inner {
     attrs: HashMap<Ino, Attr>,
     /// Counts the forgets: a reply is kept only if none came between its
     /// request and its arrival.
-    generation: u64,
+    generation: ChangeGeneration,
 }
 
 impl DirAttrs {
@@ -42,7 +44,7 @@ impl DirAttrs {
 
     /// Read before sending a request whose reply may carry attributes.
     pub(super) fn generation(&self) -> u64 {
-        self.lock().generation
+        self.lock().generation.current()
     }
 
     /// Keeps `attr` (a directory's attributes just after a change this
@@ -52,7 +54,7 @@ impl DirAttrs {
             return;
         }
         let mut g = self.lock();
-        if g.generation != since {
+        if !g.generation.still(since) {
             return;
         }
         if g.attrs.len() >= MAX_DIRS && !g.attrs.contains_key(&attr.ino) {
@@ -70,7 +72,7 @@ impl DirAttrs {
     /// server again, and replies under way are not kept.
     pub(super) fn forget(&self, inos: impl IntoIterator<Item = Ino>) {
         let mut g = self.lock();
-        g.generation += 1;
+        g.generation.changed();
         for ino in inos {
             g.attrs.remove(&ino);
         }
@@ -79,7 +81,7 @@ impl DirAttrs {
     /// Anything may have changed.
     pub(super) fn forget_all(&self) {
         let mut g = self.lock();
-        g.generation += 1;
+        g.generation.changed();
         g.attrs.clear();
     }
 
