@@ -438,3 +438,45 @@ fn notices_and_create_replies_take_the_form_of_the_protocol_version_each_client_
     assert!(!create(&v4, "c4"), "told a version 4 client");
     assert!(create(&v5, "c5"), "a new file without attributes");
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn a_hard_link_made_elsewhere_updates_the_link_count_seen_under_the_known_name() {
+    // inotify reports a new link only in the directory that got it; the
+    // notice says which inode that name means, and the mount knows that
+    // inode under its first name.
+    require_fuse!();
+    let f = Fixture::new();
+    fs::create_dir(f.e("d1")).unwrap();
+    fs::create_dir(f.e("d2")).unwrap();
+    fs::write(f.e("d1/a"), b"x").unwrap();
+    eventually("the file seen", || exists(&f.m("d1/a")));
+    // Cached, once the notices of the write have landed (a late one would
+    // make the mount ask again anyway): a look that asks nothing.
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = f.requests();
+        assert_eq!(fs::metadata(f.m("d1/a")).unwrap().nlink(), 1);
+        if f.requests() == before {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never cached");
+    }
+    fs::hard_link(f.e("d1/a"), f.e("d2/b")).unwrap();
+    eventually("the new link count seen", || {
+        fs::metadata(f.m("d1/a")).unwrap().nlink() == 2
+    });
+    // And through the new name, the same inode.
+    assert_eq!(
+        fs::metadata(f.m("d2/b")).unwrap().ino(),
+        fs::metadata(f.m("d1/a")).unwrap().ino()
+    );
+    fs::remove_file(f.e("d2/b")).unwrap();
+    eventually("the link count after the removal seen", || {
+        fs::metadata(f.m("d1/a")).unwrap().nlink() == 1
+    });
+}

@@ -315,8 +315,8 @@ fn run(shared: &Arc<ServerShared>) {
             .order
             .into_iter()
             .map(|((dir, name), inode_only)| {
-                let ino = if name.is_empty() {
-                    0
+                let (ino, linked) = if name.is_empty() {
+                    (0, false)
                 } else {
                     ino_now(shared, &dir, &name)
                 };
@@ -324,7 +324,11 @@ fn run(shared: &Arc<ServerShared>) {
                     dir,
                     name,
                     ino,
-                    inode_only,
+                    // A file with other names: their directories' events
+                    // about it (a link made or removed there changes its
+                    // link count) may never name this one, and a listing
+                    // fetched again is what refreshes it here.
+                    inode_only: inode_only && !linked,
                 }
             })
             .collect();
@@ -332,19 +336,23 @@ fn run(shared: &Arc<ServerShared>) {
     }
 }
 
-/// The inode number clients know `dir/name` by now (0: no such name).
-fn ino_now(shared: &ServerShared, dir: &[u8], name: &[u8]) -> u64 {
+/// The inode number clients know `dir/name` by now (0: no such name), and
+/// whether it is a file with other names (hard links).
+fn ino_now(shared: &ServerShared, dir: &[u8], name: &[u8]) -> (u64, bool) {
     let Ok(d) = open_node(
         shared.export.root_fd(),
         dir,
         libc::O_PATH | libc::O_DIRECTORY,
     ) else {
-        return 0;
+        return (0, false);
     };
     let Ok(n) = super::resolve::cstr(name) else {
-        return 0;
+        return (0, false);
     };
-    stat_at(d.as_fd(), &n).map_or(0, |st| shared.export.wire_ino(&st))
+    stat_at(d.as_fd(), &n).map_or((0, false), |st| {
+        let linked = st.st_mode & libc::S_IFMT != libc::S_IFDIR && st.st_nlink > 1;
+        (shared.export.wire_ino(&st), linked)
+    })
 }
 
 /// Sends the notice to every watching session.

@@ -105,7 +105,17 @@ fn apply_names(fs: &RemoteFs, names: Vec<ChangedName>, inv: &Invalidator) {
         }
     }
     let inos = fs.inos_of(&wanted);
-    let mut changed: HashSet<Ino> = HashSet::new();
+    // A name that now means an inode the kernel knows (by another name: a
+    // new hard link, a link moved here): that inode's link count and ctime
+    // changed, which inotify reports for this name only.
+    let mut changed: HashSet<Ino> = {
+        let nodes = fs.nodes.read().unwrap_or_else(|p| p.into_inner());
+        names
+            .iter()
+            .filter(|n| !n.inode_only && n.ino != 0 && nodes.get(&n.ino).is_some())
+            .map(|n| n.ino)
+            .collect()
+    };
     for ChangedName {
         dir,
         name,
