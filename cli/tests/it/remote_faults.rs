@@ -152,8 +152,16 @@ fn server_killed_during_writes_leaves_only_whole_acknowledged_writes() {
     assert!(is_disconnect_errno(&err), "got {err:?}");
     let on_server = fs::read(export.path().join("out")).unwrap();
     let acked = acked.load(Ordering::SeqCst) as usize;
+    // Every acknowledged byte is there. Of the write in flight when the
+    // server died, a part may be (SIGKILL stops a pwrite between page-cache
+    // folios, as it would a local writer's: seen once, 896 KiB of a 1 MiB
+    // write), never more than that one write, and never other bytes.
     assert!(on_server.len() >= acked, "{} < {acked}", on_server.len());
-    assert_eq!(on_server.len() % chunk, 0, "no torn write");
+    assert!(
+        on_server.len() <= acked + chunk,
+        "{} bytes on the server, {acked} acknowledged: more than the one write in flight",
+        on_server.len()
+    );
     assert!(
         on_server[..] == data[..on_server.len()],
         "content is a prefix of what was written"
