@@ -7,7 +7,7 @@ use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hipfs::remote::mount::{mount_remote, LocalMount, MountOptions};
 use hipfs::remote::server::{ServeConfig, Server};
@@ -135,6 +135,21 @@ pub fn close(fd: i32) {
 }
 
 pub use crate::common::pattern;
+
+/// Waits until a pass of `walk` asks the server nothing (notices of the
+/// export's own changes and fetches ahead have settled); panics after 10 s.
+pub fn settled(f: &Fixture, walk: impl Fn()) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let before = f.requests();
+        walk();
+        if f.requests() == before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "requests never settled");
+    }
+}
 
 /// A raw protocol connection past the handshake, for sending hand-made
 /// messages: it tags what it sends and checks what it receives as a real

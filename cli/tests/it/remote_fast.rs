@@ -6,7 +6,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::remote_common::Fixture;
+use crate::remote_common::{settled, Fixture};
 
 const ACL_ACCESS: &str = "system.posix_acl_access";
 
@@ -301,21 +301,6 @@ fn a_directory_of_several_server_batches_lists_every_name_once_even_while_names_
     assert_eq!(unique.len(), names.len(), "a name listed twice");
     for i in (0..n).filter(|i| i % 3 != 0) {
         assert!(unique.contains(&format!("f{i:05}")), "f{i:05} missing");
-    }
-}
-
-/// Waits until a pass of `walk` asks the server nothing (notices of the
-/// export's own changes and fetches ahead have settled); panics after 10 s.
-fn settled(f: &Fixture, walk: impl Fn()) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let before = f.requests();
-        walk();
-        if f.requests() == before {
-            return;
-        }
-        assert!(Instant::now() < deadline, "requests never settled");
     }
 }
 

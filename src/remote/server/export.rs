@@ -392,15 +392,10 @@ impl Export {
     /// Creates (or, without `O_EXCL`, opens) a regular file. An existing
     /// FIFO or device under the name is refused as in [`Export::open_file`]:
     /// `O_NONBLOCK` keeps the open itself from blocking, the type check
-    /// after it from doing I/O on it.
-    pub fn create(&self, rel: &[u8], mode: u32, flags: i32) -> Result<(Entry, OwnedFd), Errno> {
-        self.create_asking_xattrs(rel, mode, flags, false)
-            .map(|(entry, fd, _)| (entry, fd))
-    }
-
-    /// [`Export::create`], and with `ask` whether the file has no extended
-    /// attributes at all now (`false` when not asked or not sure).
-    pub fn create_asking_xattrs(
+    /// after it from doing I/O on it. With `ask`, also says whether the file
+    /// has no extended attributes at all now (`false`: not asked, or not
+    /// sure).
+    pub fn create(
         &self,
         rel: &[u8],
         mode: u32,

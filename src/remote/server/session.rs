@@ -361,7 +361,7 @@ impl Session {
             Op::Create { path, mode, flags } => {
                 self.may_open()?;
                 let ask = self.version >= CREATED_NO_XATTRS_VERSION;
-                let (entry, fd, no_xattrs) = ex.create_asking_xattrs(path, *mode, *flags, ask)?;
+                let (entry, fd, no_xattrs) = ex.create(path, *mode, *flags, ask)?;
                 Ok(Payload::Created {
                     entry,
                     fh: self.add_file(fd)?,
