@@ -17,6 +17,7 @@ mod remote_conformance;
 mod remote_data;
 mod remote_fast;
 mod remote_faults;
+mod remote_held;
 mod remote_honest;
 mod remote_limits;
 mod remote_multi;

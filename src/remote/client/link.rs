@@ -68,6 +68,8 @@ pub(crate) struct Link {
     pub(crate) conn: Arc<dyn Connection>,
     pub(crate) epoch: u64,
     pub(crate) welcome: Welcome,
+    /// The protocol version the handshake agreed on.
+    pub(crate) version: u16,
     pending: Mutex<HashMap<u64, SyncSender<Reply>>>,
     dead: AtomicBool,
     recv_bufs: Mutex<Vec<RecvBuf>>,
@@ -143,7 +145,7 @@ fn handshake(
     conn: &dyn Connection,
     cfg: &ClientConfig,
     epoch: u64,
-) -> Result<(Welcome, Sealer, Opener), RemoteError> {
+) -> Result<(Welcome, u16, Sealer, Opener), RemoteError> {
     let t = cfg.connect_timeout;
     let client_nonce = random_nonce()?;
     conn.send(&Hello::new(client_nonce).encode())?;
@@ -193,6 +195,7 @@ fn handshake(
     let on = flags & FLAG_NO_MAC == 0;
     Ok((
         w,
+        ch.version,
         Sealer::new(on.then_some(c2s)),
         Opener::new(on.then_some(s2c)),
     ))
@@ -208,7 +211,7 @@ impl Link {
         }
         tcfg.tls = cfg.tls.clone();
         let conn: Arc<dyn Connection> = Arc::from(hipfs_rdma::connect(&cfg.server, &tcfg)?);
-        let (welcome, seal, open) = match handshake(conn.as_ref(), cfg, epoch) {
+        let (welcome, version, seal, open) = match handshake(conn.as_ref(), cfg, epoch) {
             Ok(w) => w,
             Err(e) => {
                 conn.close();
@@ -219,6 +222,7 @@ impl Link {
             conn,
             epoch,
             welcome,
+            version,
             pending: Mutex::new(HashMap::new()),
             dead: AtomicBool::new(false),
             recv_bufs: Mutex::new(Vec::new()),

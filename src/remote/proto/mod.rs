@@ -35,7 +35,7 @@ pub use handshake::{
     export_id_transcript, Challenge, CredKind, Hello, Proof, Refused, Welcome, FLAG_NO_MAC,
     MAX_EXPORT_ID, NONCE_LEN,
 };
-pub use ops::{Op, Request};
+pub use ops::{Op, Request, Step, MAX_STEPS};
 pub use reply::{ChangedName, Payload, Reply, MAX_CHANGED};
 
 /// The request id of pushed change notices (requests count from 1).
@@ -53,8 +53,9 @@ pub use types::{validate_rel_path, DirItem, HeadItem, ReadDest, WireCred, WireSe
 /// which names changed only as inodes (`Payload::ChangedKinds`), so a
 /// client keeps the directory's attributes and listing; older peers get
 /// `Payload::Changed`. A created file's reply says when the file has no
-/// extended attributes (`Payload::Created::no_xattrs`).
-pub const PROTO_VERSION: u16 = 5;
+/// extended attributes (`Payload::Created::no_xattrs`). 6: `Op::Apply`
+/// (writes and attribute changes of one open file in one request).
+pub const PROTO_VERSION: u16 = 6;
 /// The first version whose `Welcome` carries the export id.
 pub const EXPORT_ID_VERSION: u16 = 3;
 /// The first version whose entry-changing replies may be `Payload::InDir`.
@@ -63,6 +64,8 @@ pub const PARENT_ATTR_VERSION: u16 = 4;
 pub const NOTICE_KIND_VERSION: u16 = 5;
 /// The first version told that a created file has no extended attributes.
 pub const CREATED_NO_XATTRS_VERSION: u16 = 5;
+/// The first version that takes `Op::Apply`.
+pub const APPLY_VERSION: u16 = 6;
 /// The oldest version this build still speaks: version 1 had no message
 /// authentication and let unauthenticated clients in, so it is refused.
 pub const PROTO_VERSION_MIN: u16 = 2;

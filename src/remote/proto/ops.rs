@@ -232,7 +232,33 @@ pub enum Op {
         /// Most bytes of contents in the answer.
         max_total: u32,
     },
+    /// Writes and attribute changes of one open file, applied in order
+    /// through its handle until one fails (protocol 6: what a mount held
+    /// back for a file it created, sent when the file is closed).
+    Apply {
+        /// Server file handle.
+        fh: u64,
+        /// The changes, in the order the application made them.
+        steps: Vec<Step>,
+    },
 }
+
+/// One change in [`Op::Apply`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// `pwrite` of `data` at `offset`.
+    Write {
+        /// Offset in the file.
+        offset: u64,
+        /// Bytes to write.
+        data: Vec<u8>,
+    },
+    /// Attribute changes through the open file (no size change).
+    Setattr(WireSetAttr),
+}
+
+/// Most steps one [`Op::Apply`] carries.
+pub const MAX_STEPS: usize = 256;
 
 impl Op {
     fn code(&self) -> u16 {
@@ -265,6 +291,7 @@ impl Op {
             Op::Watch => 26,
             Op::OpenHead { .. } => 27,
             Op::ReadHeads { .. } => 28,
+            Op::Apply { .. } => 29,
         }
     }
 
@@ -301,7 +328,8 @@ impl Op {
             | Op::Link { .. }
             | Op::Mknod { .. }
             | Op::Setxattr { .. }
-            | Op::Removexattr { .. } => true,
+            | Op::Removexattr { .. }
+            | Op::Apply { .. } => true,
             Op::Open { flags, .. } | Op::OpenHead { flags, .. } => {
                 flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
             }
@@ -331,6 +359,13 @@ impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let extra = match &self.op {
             Op::Write { data, .. } => data.len(),
+            Op::Apply { steps, .. } => steps
+                .iter()
+                .map(|s| match s {
+                    Step::Write { data, .. } => data.len() + 24,
+                    Step::Setattr(_) => 64,
+                })
+                .sum(),
             _ => 0,
         };
         let mut w = Writer::with_capacity(128 + extra);
@@ -430,6 +465,20 @@ impl Request {
                 w.u64(*fh).bool(*write);
             }
             Op::Watch => {}
+            Op::Apply { fh, steps } => {
+                w.u64(*fh).u32(steps.len() as u32);
+                for step in steps {
+                    match step {
+                        Step::Write { offset, data } => {
+                            w.u8(1).u64(*offset).bytes(data);
+                        }
+                        Step::Setattr(set) => {
+                            w.u8(2);
+                            set.encode(&mut w);
+                        }
+                    }
+                }
+            }
         }
         w.finish()
     }
@@ -577,6 +626,39 @@ impl Request {
                 max_each: r.u32("head size")?,
                 max_total: r.u32("heads size")?,
             },
+            29 => {
+                let fh = r.u64("fh")?;
+                let n = r.u32("step count")? as usize;
+                if n > MAX_STEPS {
+                    return Err(ProtoError::TooLong {
+                        what: "steps",
+                        len: n,
+                        max: MAX_STEPS,
+                    });
+                }
+                let mut steps = Vec::with_capacity(n);
+                let mut bytes = 0usize;
+                for _ in 0..n {
+                    steps.push(match r.u8("step kind")? {
+                        1 => {
+                            let offset = r.u64("offset")?;
+                            let data = r.bytes("write data", MAX_IO)?.to_vec();
+                            bytes += data.len();
+                            if bytes > MAX_IO {
+                                return Err(ProtoError::TooLong {
+                                    what: "written bytes",
+                                    len: bytes,
+                                    max: MAX_IO,
+                                });
+                            }
+                            Step::Write { offset, data }
+                        }
+                        2 => Step::Setattr(WireSetAttr::decode(&mut r)?),
+                        k => return Err(ProtoError::BadValue("step kind", u64::from(k))),
+                    });
+                }
+                Op::Apply { fh, steps }
+            }
             v => return Err(ProtoError::BadValue("opcode", u64::from(v))),
         };
         r.end()?;

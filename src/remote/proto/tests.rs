@@ -126,6 +126,27 @@ fn op() -> impl Strategy<Value = Op> {
         )
             .prop_map(|(fh, offset, data)| Op::Write { fh, offset, data }),
         (any::<u64>(), any::<bool>()).prop_map(|(fh, datasync)| Op::Fsync { fh, datasync }),
+        (
+            any::<u64>(),
+            proptest::collection::vec(
+                prop_oneof![
+                    (any::<u64>(), proptest::collection::vec(any::<u8>(), 0..100))
+                        .prop_map(|(offset, data)| Step::Write { offset, data }),
+                    (any::<Option<u32>>(), time(), time()).prop_map(|(mode, atime, mtime)| {
+                        Step::Setattr(WireSetAttr {
+                            mode,
+                            uid: mode,
+                            gid: None,
+                            size: None,
+                            atime,
+                            mtime,
+                        })
+                    }),
+                ],
+                0..6
+            )
+        )
+            .prop_map(|(fh, steps)| Op::Apply { fh, steps }),
         (path(), path(), any::<u32>()).prop_map(|(from, to, flags)| Op::Rename { from, to, flags }),
         (path(), proptest::collection::vec(1u8..=255, 0..50))
             .prop_map(|(path, target)| Op::Symlink { path, target }),
@@ -511,7 +532,7 @@ fn forged_counts_and_lengths_are_refused_before_allocating() {
 fn version_negotiation_picks_the_highest_common_and_explains_a_mismatch() {
     let h = Hello {
         min_version: 1,
-        max_version: 5,
+        max_version: PROTO_VERSION + 3,
         nonce: [0; 32],
     };
     assert_eq!(h.negotiate(), Ok(PROTO_VERSION));

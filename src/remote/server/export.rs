@@ -188,6 +188,47 @@ impl Export {
         self.getattr_fd(node.as_fd())
     }
 
+    /// Attribute changes through an open file (`fchmod`, `fchown`,
+    /// `ftruncate`, `futimens`): they reach the inode the handle has, even
+    /// when its name has changed or gone since it was opened.
+    pub fn setattr_open(&self, f: BorrowedFd<'_>, set: &WireSetAttr) -> Result<(), Errno> {
+        use rustix::fs::{Gid, Mode, Timespec, Timestamps, Uid};
+        let err = |e: rustix::io::Errno| e.raw_os_error();
+        if let Some(mode) = set.mode {
+            rustix::fs::fchmod(f, Mode::from_raw_mode(mode & 0o7777)).map_err(err)?;
+        }
+        if set.uid.is_some() || set.gid.is_some() {
+            rustix::fs::fchown(f, set.uid.map(Uid::from_raw), set.gid.map(Gid::from_raw))
+                .map_err(err)?;
+        }
+        if let Some(size) = set.size {
+            let size = i64::try_from(size).map_err(|_| libc::EFBIG)?;
+            sysfs::ftruncate(f, size).errno()?;
+        }
+        if set.atime.is_some() || set.mtime.is_some() {
+            let ts = |t: Option<WireTime>| match t {
+                None => Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                },
+                Some(WireTime::Now) => Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_NOW,
+                },
+                Some(WireTime::At(s, n)) => Timespec {
+                    tv_sec: s,
+                    tv_nsec: i64::from(n),
+                },
+            };
+            let times = Timestamps {
+                last_access: ts(set.atime),
+                last_modification: ts(set.mtime),
+            };
+            rustix::fs::futimens(f, &times).map_err(err)?;
+        }
+        Ok(())
+    }
+
     /// Entries after `cookie`, with attributes; at most `max`.
     pub fn readdir(&self, rel: &[u8], cookie: u64, max: usize) -> Result<Vec<DirItem>, Errno> {
         let dir = open_node(self.root_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)?;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use hipfs_rdma::MessageHook;
 
-use super::super::proto::{Kind, Op};
+use super::super::proto::{Kind, Op, Step};
 use super::super::seal::Opener;
 use super::session::Session;
 use super::ServerShared;
@@ -41,6 +41,16 @@ pub(super) fn runs_inline(op: &Op) -> bool {
         // by the thread that would be waiting for it.
         Op::Read { len, dest, .. } => dest.is_none() && *len as usize <= INLINE_MAX_IO,
         Op::Write { data, .. } => data.len() <= INLINE_MAX_IO,
+        Op::Apply { steps, .. } => {
+            steps
+                .iter()
+                .map(|s| match s {
+                    Step::Write { data, .. } => data.len(),
+                    Step::Setattr(_) => 0,
+                })
+                .sum::<usize>()
+                <= INLINE_MAX_IO
+        }
         // May wait on the disk, or (watch) for the export's initial walk;
         // ReadHeads opens and reads many files.
         Op::Fsync { .. }

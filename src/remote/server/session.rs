@@ -10,7 +10,7 @@ use std::time::Duration;
 use hipfs_rdma::{Connection, OwnedRegion};
 
 use super::super::proto::{
-    HeadItem, Op, Payload, ReadDest, Request, WireCred, CREATED_NO_XATTRS_VERSION, MAX_HEAD,
+    HeadItem, Op, Payload, ReadDest, Request, Step, WireCred, CREATED_NO_XATTRS_VERSION, MAX_HEAD,
     MAX_HEADS, MAX_IO, MAX_PLACED_READ, PARENT_ATTR_VERSION,
 };
 use super::super::seal::Sealer;
@@ -387,6 +387,22 @@ impl Session {
                 let f = self.file(*fh)?;
                 let n = pwrite_all(f.as_fd(), data, *offset).errno()?;
                 Ok(Payload::Written(n as u32))
+            }
+            Op::Apply { fh, steps } => {
+                let f = self.file(*fh)?;
+                for step in steps {
+                    match step {
+                        Step::Write { offset, data } => {
+                            let n = pwrite_all(f.as_fd(), data, *offset).errno()?;
+                            if n < data.len() {
+                                // pwrite_all stops short only at a full disk.
+                                return Err(libc::ENOSPC);
+                            }
+                        }
+                        Step::Setattr(set) => ex.setattr_open(f.as_fd(), set)?,
+                    }
+                }
+                ex.getattr_fd(f.as_fd()).map(Payload::Attr)
             }
             Op::Fsync { fh, datasync } => {
                 let f = self.file(*fh)?;

@@ -19,6 +19,7 @@ mod files;
 mod fresh_dirs;
 mod head;
 mod heads_ahead;
+mod held;
 mod nodes;
 mod notices;
 mod prefetch;
@@ -89,6 +90,7 @@ pub struct RemoteFs {
     /// Directories' attributes that came with this mount's own changes
     /// ([`dir_attrs`]).
     dir_attrs: dir_attrs::DirAttrs,
+    held: held::HeldFiles,
 }
 
 /// What the direct path did with this mount's files (`hipfs stats`).
@@ -175,6 +177,7 @@ impl RemoteFs {
             prefetch: prefetch::Prefetch::new(&client, cache::DIR_BATCH),
             heads_ahead: heads_ahead::HeadsAhead::new(&client),
             dir_attrs: Default::default(),
+            held: Default::default(),
             client,
             nodes: RwLock::new(nodes),
             files: RwLock::new(HashMap::new()),
@@ -268,7 +271,11 @@ impl Backend for RemoteFs {
         if self.surely_absent(parent, name) {
             return Err(Errno::ENOENT);
         }
-        self.entry_call(cred, path.clone(), Op::Lookup { path })
+        let mut e = self.entry_call(cred, path.clone(), Op::Lookup { path })?;
+        if let Some(a) = self.held.attr(e.attr.ino) {
+            e.attr = a;
+        }
+        Ok(e)
     }
 
     fn forget(&self, ino: Ino, nlookup: u64) {
@@ -291,6 +298,9 @@ impl Backend for RemoteFs {
     }
 
     fn getattr(&self, ino: Ino, fh: Option<u64>, cred: &Credentials) -> Result<Attr> {
+        if let Some(a) = self.held.attr(ino) {
+            return Ok(a);
+        }
         if let Some(a) = self.dir_attrs.get(ino) {
             return Ok(a);
         }
@@ -329,6 +339,10 @@ impl Backend for RemoteFs {
     }
 
     fn setattr(&self, ino: Ino, changes: &SetAttr, cred: &Credentials) -> Result<Attr> {
+        if let Some(a) = self.hold_setattr(ino, changes, cred) {
+            return Ok(a);
+        }
+        self.stop_holding(ino);
         if changes.size.is_some() {
             self.drop_heads_of(ino);
         }
@@ -410,6 +424,9 @@ impl Backend for RemoteFs {
                 if it.no_xattrs {
                     self.note_no_xattrs(entry.attr.ino);
                 }
+                if let Some(a) = self.held.attr(entry.attr.ino) {
+                    entry.attr = a;
+                }
             } else {
                 entry.attr.ino = ino;
             }
@@ -426,6 +443,7 @@ impl Backend for RemoteFs {
         let plain_read = flags & libc::O_ACCMODE == libc::O_RDONLY
             && flags & (libc::O_TRUNC | libc::O_CREAT) == 0
             && self.tracks_fresh_dirs.load(Ordering::Relaxed);
+        self.send_held(ino);
         self.on_node(ino, |path| {
             let wc = wire_cred(cred);
             if plain_read {
@@ -487,10 +505,9 @@ impl Backend for RemoteFs {
             // check before the first write need not ask the server.
             self.note_missing_xattr(entry.attr.ino, b"security.capability", Errno::ENODATA);
         }
-        Ok((
-            entry,
-            self.add_file(entry.attr.ino, path, flags, epoch, fh, wire_cred(cred)),
-        ))
+        let fh = self.add_file(entry.attr.ino, path, flags, epoch, fh, wire_cred(cred));
+        self.hold_created(fh, &entry.attr, flags, cred);
+        Ok((entry, fh))
     }
 
     fn read(
@@ -504,6 +521,7 @@ impl Backend for RemoteFs {
         if let Some(data) = self.read_head(fh, offset, size) {
             return Ok(data);
         }
+        self.send_held(ino);
         self.read_file(ino, fh, offset, size, cred)
     }
 
@@ -516,13 +534,19 @@ impl Backend for RemoteFs {
         cred: &Credentials,
     ) -> Result<usize> {
         self.drop_heads_of(ino);
+        if let Some(n) = self.hold_write(ino, fh, offset, data) {
+            self.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+            return Ok(n);
+        }
+        self.stop_holding(ino);
         self.write_file(ino, fh, offset, data, cred)
     }
 
-    fn flush(&self, _ino: Ino, fh: u64, _lock_owner: u64, cred: &Credentials) -> Result<()> {
-        // Writes are applied on the server before they are acknowledged, so
-        // there is nothing to push; only check the handle is known.
+    fn flush(&self, ino: Ino, fh: u64, _lock_owner: u64, cred: &Credentials) -> Result<()> {
+        // Held changes of a file this mount created go now (see `held`);
+        // other writes are on the server before they are acknowledged.
         let f = self.file(fh)?;
+        self.settle_handle(ino, fh, false)?;
         if self.cluster.is_some() && f.flags & libc::O_ACCMODE != libc::O_RDONLY {
             // Close-to-open across servers: the server that took the
             // writes pushes them to the shared filesystem before close
@@ -533,23 +557,32 @@ impl Backend for RemoteFs {
     }
 
     /// Writes are on the server when they are acknowledged and locks are
-    /// the kernel's, so a close has nothing to send, except on a
+    /// the kernel's, so a close has nothing to send, except for a file this
+    /// mount created, which may hold changes (`held`), and on a
     /// multi-server mount, where closing a writable handle syncs it (see
     /// `flush`). Whatever `flush` ever does for a handle, this must answer
     /// `true` for it.
     fn needs_flush(&self, fh: u64) -> bool {
-        self.cluster.is_some()
+        let syncs = self.cluster.is_some()
             && self
                 .file(fh)
-                .is_ok_and(|f| f.flags & libc::O_ACCMODE != libc::O_RDONLY)
+                .is_ok_and(|f| f.flags & libc::O_ACCMODE != libc::O_RDONLY);
+        syncs || self.held.holds_for(fh)
     }
 
-    fn fsync(&self, _ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
+    fn fsync(&self, ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
+        self.settle_handle(ino, fh, false)?;
+        self.send_held(ino);
         self.sync_file(fh, datasync, cred)
     }
 
     fn release(&self, ino: Ino, fh: u64, flags: i32, cred: &Credentials) -> Result<()> {
         self.drop_head(fh);
+        if let Err(e) = self.settle_handle(ino, fh, true) {
+            // A close that flushed reported it; this one (the kernel's last
+            // reference, after a flush that could not reach us) cannot.
+            log::warn!("held changes of inode {ino} were not applied: {e:?}");
+        }
         self.release_file(ino, fh, flags, cred)
     }
 
@@ -579,6 +612,9 @@ impl Backend for RemoteFs {
 
     fn unlink(&self, parent: Ino, name: &OsStr, cred: &Credentials) -> Result<()> {
         let path = self.child(parent, name)?;
+        for ino in self.inos_at(&path) {
+            self.stop_holding(ino);
+        }
         self.call(cred, Op::Unlink { path }).map(|_| ())
     }
 
@@ -600,6 +636,9 @@ impl Backend for RemoteFs {
         // Moved directories (their `..`) and the directory left change too.
         let mut moved_inos = self.inos_at(&from);
         moved_inos.extend(self.inos_at(&to));
+        for ino in &moved_inos {
+            self.stop_holding(*ino);
+        }
         if parent != newparent {
             moved_inos.push(parent);
         }
@@ -659,6 +698,7 @@ impl Backend for RemoteFs {
     fn link(&self, ino: Ino, newparent: Ino, newname: &OsStr, cred: &Credentials) -> Result<Entry> {
         let to = self.child(newparent, newname)?;
         self.note_name_in(newparent, newname.as_bytes());
+        self.stop_holding(ino);
         self.on_node(ino, |from| {
             self.entry_call(
                 cred,
@@ -708,6 +748,7 @@ impl Backend for RemoteFs {
         if let Some(e) = self.missing_xattr(ino, &name) {
             return Err(e);
         }
+        self.send_held(ino);
         let r = self.on_node(ino, |path| {
             match self.call(
                 cred,
@@ -735,6 +776,7 @@ impl Backend for RemoteFs {
         if self.missing_xattr(ino, ANY_XATTR).is_some() {
             return Ok(Vec::new());
         }
+        self.send_held(ino);
         self.on_node(ino, |path| {
             match self.call(cred, Op::Listxattr { path })? {
                 Payload::Names(v) => Ok(v
@@ -763,6 +805,7 @@ impl Backend for RemoteFs {
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);
+        self.stop_holding(ino);
         self.on_node(ino, |path| {
             self.call(
                 cred,
@@ -789,6 +832,7 @@ impl Backend for RemoteFs {
         }
         let name = name.as_bytes().to_vec();
         self.forget_xattrs(ino);
+        self.stop_holding(ino);
         self.on_node(ino, |path| {
             self.call(
                 cred,
@@ -805,6 +849,8 @@ impl Backend for RemoteFs {
     }
 
     fn identify(&self, ino: Ino, fh: u64, purpose: IdentifyPurpose) -> Option<Vec<u8>> {
+        // The direct path reads and writes the server's file itself.
+        self.stop_holding(ino);
         let payload = self.identify_payload(ino, fh)?;
         let counter = match purpose {
             IdentifyPurpose::OpaqueFd => &self.direct.opaque_fd,
