@@ -140,7 +140,7 @@ pub struct MountArgs {
     pub source: String,
     /// Where to mount.
     pub mountpoint: PathBuf,
-    /// Options: ro, allow_other, direct_io, noxattr, noacl (no POSIX ACLs through the mount: `ls -l` stops asking for each file's; other xattrs stay), token_file=FILE, local_socket=PATH, tls,ca=FILE (TLS on TCP; tls_name=NAME: the name the certificate carries), attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M), hard (default: a request the server does not answer is retried until it answers or the caller is killed) or soft (fail after timeout=S, default 30).
+    /// Options: ro, allow_other, direct_io, noxattr, noacl (no POSIX ACLs through the mount: `ls -l` stops asking for each file's; other xattrs stay), nohold (files made through the mount send each write and attribute change at once, not at their close), token_file=FILE, local_socket=PATH, tls,ca=FILE (TLS on TCP; tls_name=NAME: the name the certificate carries), attr_timeout=S, entry_timeout=S, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE (page-cache readahead window, 4K..16M, default 8M), hard (default: a request the server does not answer is retried until it answers or the caller is killed) or soft (fail after timeout=S, default 30).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Serve SOURCE (a local directory) inside this process and mount it.

@@ -61,6 +61,10 @@ pub struct MountOptions {
     /// bits only (the server still applies ACLs as the caller). `ls -l`
     /// then stops asking for every file's ACL; other xattrs stay.
     pub no_acl: bool,
+    /// `nohold`: files made through the mount send every write and
+    /// attribute change at once instead of at the close (see
+    /// docs/CONSISTENCY.md, "Files this mount creates").
+    pub no_hold: bool,
     /// `hard` (the default) retries a request until the server answers or
     /// the caller is killed; `soft` fails it after `timeout` (see
     /// [`ClientConfig::hard`] and README "Mount options").
@@ -92,6 +96,7 @@ impl Default for MountOptions {
             max_readahead: None,
             no_xattr: false,
             no_acl: false,
+            no_hold: false,
             hard: true,
             tls_ca: None,
             tls_name: None,
@@ -175,6 +180,7 @@ impl MountOptions {
                 "direct_io" => o.direct_io = true,
                 "noxattr" => o.no_xattr = true,
                 "noacl" => o.no_acl = true,
+                "nohold" => o.no_hold = true,
                 "hard" => o.hard = true,
                 "soft" => o.hard = false,
                 "token_file" => o.token_file = Some(PathBuf::from(need(v)?)),
@@ -213,7 +219,7 @@ impl MountOptions {
                 k if IGNORED.contains(&k) || k.starts_with("x-") || k.starts_with("comment=") => {}
                 _ => {
                     return Err(RemoteError::Config(format!(
-                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, noacl, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, negative_timeout=S, nowatch, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
+                        "unknown mount option '{opt}' (known: ro, allow_other, private, direct_io, noxattr, noacl, nohold, hard, soft, token_file=FILE, local_socket=PATH, tls, ca=FILE, tls_name=NAME, attr_timeout=S, entry_timeout=S, negative_timeout=S, nowatch, timeout=S, transport=auto|tcp|verbs, threads=N, max_readahead=SIZE)"
                     )))
                 }
             }
@@ -417,7 +423,8 @@ fn mount_client(
 ) -> Result<MountHandle, RemoteError> {
     let mut fs = RemoteFs::new(client.clone())
         .without_xattrs(opts.no_xattr)
-        .without_acls(opts.no_acl);
+        .without_acls(opts.no_acl)
+        .without_holding(opts.no_hold);
     if let Some(c) = cluster {
         fs = fs.with_cluster(c);
     }

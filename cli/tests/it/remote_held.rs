@@ -146,3 +146,19 @@ fn held_writes_the_server_refuses_fail_the_close_and_nothing_is_claimed_written(
     fs::write(f.m("fine"), b"ok").unwrap();
     assert_eq!(fs::read(f.e("fine")).unwrap(), b"ok");
 }
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn with_nohold_each_write_and_change_reaches_the_server_when_it_returns() {
+    require_fuse!();
+    let f = Fixture::with(|_| {}, "nohold");
+    let mut file = fs::File::create_new(f.m("n")).unwrap();
+    file.write_all(b"at once").unwrap();
+    assert_eq!(fs::read(f.e("n")).unwrap(), b"at once");
+    file.set_permissions(fs::Permissions::from_mode(0o604))
+        .unwrap();
+    assert_eq!(fs::metadata(f.e("n")).unwrap().mode() & 0o7777, 0o604);
+}

@@ -111,7 +111,8 @@ impl RemoteFs {
     /// Starts holding changes for `attr`'s file, just created through `fh`
     /// by `cred` with `flags`.
     pub(super) fn hold_created(&self, fh: u64, attr: &Attr, flags: i32, cred: &Credentials) {
-        let eligible = self.cluster.is_none()
+        let eligible = !self.no_hold
+            && self.cluster.is_none()
             && attr.kind == FileKind::Regular
             && attr.uid == cred.uid
             && attr.perm & 0o6000 == 0

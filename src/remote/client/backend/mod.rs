@@ -65,6 +65,7 @@ pub struct RemoteFs {
     no_xattr: bool,
     /// POSIX ACLs switched off (`-o noacl`, see [`RemoteFs::without_acls`]).
     no_acl: bool,
+    no_hold: bool,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     /// Open handle → (caller pid, when its last read or write succeeded):
@@ -187,6 +188,7 @@ impl RemoteFs {
             xattr_ttl: Duration::from_secs(1),
             no_xattr: false,
             no_acl: false,
+            no_hold: false,
             bytes_read: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             streams: Mutex::new(HashMap::new()),
@@ -218,6 +220,12 @@ impl RemoteFs {
     /// attributes stay.
     pub fn without_acls(mut self, off: bool) -> RemoteFs {
         self.no_acl = off;
+        self
+    }
+
+    /// `nohold`: created files hold nothing back (see [`held`]).
+    pub fn without_holding(mut self, off: bool) -> RemoteFs {
+        self.no_hold = off;
         self
     }
 
