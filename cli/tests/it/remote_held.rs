@@ -35,11 +35,7 @@ fn a_file_made_here_reaches_the_server_whole_at_its_close_in_one_request() {
     });
     let before = f.requests();
     let mtime = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(f.m("d/a"))
-        .unwrap();
+    let mut file = fs::File::create_new(f.m("d/a")).unwrap();
     // What tar -x does to each file: write, then owner, mode and times.
     file.write_all(b"first part, ").unwrap();
     file.write_all(b"second part").unwrap();
@@ -83,11 +79,7 @@ fn a_file_made_here_reaches_the_server_whole_at_its_close_in_one_request() {
 fn another_open_of_a_file_with_held_writes_sees_them() {
     require_fuse!();
     let f = Fixture::new();
-    let mut w = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(f.m("b"))
-        .unwrap();
+    let mut w = fs::File::create_new(f.m("b")).unwrap();
     w.write_all(b"held bytes").unwrap();
     // An open through the mount sends them first: its reads see them.
     let mut r = fs::File::open(f.m("b")).unwrap();

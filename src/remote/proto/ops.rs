@@ -257,6 +257,16 @@ pub enum Step {
     Setattr(WireSetAttr),
 }
 
+impl Step {
+    /// Bytes it writes.
+    pub fn written(&self) -> usize {
+        match self {
+            Step::Write { data, .. } => data.len(),
+            Step::Setattr(_) => 0,
+        }
+    }
+}
+
 /// Most steps one [`Op::Apply`] carries.
 pub const MAX_STEPS: usize = 256;
 
@@ -359,13 +369,7 @@ impl Request {
     pub fn encode(&self) -> Vec<u8> {
         let extra = match &self.op {
             Op::Write { data, .. } => data.len(),
-            Op::Apply { steps, .. } => steps
-                .iter()
-                .map(|s| match s {
-                    Step::Write { data, .. } => data.len() + 24,
-                    Step::Setattr(_) => 64,
-                })
-                .sum(),
+            Op::Apply { steps, .. } => steps.iter().map(|s| s.written() + 64).sum(),
             _ => 0,
         };
         let mut w = Writer::with_capacity(128 + extra);

@@ -168,21 +168,7 @@ impl Export {
             };
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            let ts = |t: Option<WireTime>| match t {
-                None => libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: libc::UTIME_OMIT,
-                },
-                Some(WireTime::Now) => libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: libc::UTIME_NOW,
-                },
-                Some(WireTime::At(s, n)) => libc::timespec {
-                    tv_sec: s,
-                    tv_nsec: i64::from(n),
-                },
-            };
-            let times = [ts(set.atime), ts(set.mtime)];
+            let times = [utime(set.atime), utime(set.mtime)];
             sysfs::utimensat(&p, &times, 0).errno()?;
         }
         self.getattr_fd(node.as_fd())
@@ -206,19 +192,12 @@ impl Export {
             sysfs::ftruncate(f, size).errno()?;
         }
         if set.atime.is_some() || set.mtime.is_some() {
-            let ts = |t: Option<WireTime>| match t {
-                None => Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_OMIT,
-                },
-                Some(WireTime::Now) => Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_NOW,
-                },
-                Some(WireTime::At(s, n)) => Timespec {
-                    tv_sec: s,
-                    tv_nsec: i64::from(n),
-                },
+            let ts = |t: Option<WireTime>| {
+                let t = utime(t);
+                Timespec {
+                    tv_sec: t.tv_sec,
+                    tv_nsec: t.tv_nsec,
+                }
             };
             let times = Timestamps {
                 last_access: ts(set.atime),
@@ -494,6 +473,24 @@ impl Export {
         let node = open_node(self.root_fd(), rel, libc::O_PATH)?;
         let p = proc_path(&node);
         xattr::remove(&p, name).errno()
+    }
+}
+
+/// A time to set as `utimensat(2)` takes it (`UTIME_OMIT` when absent).
+fn utime(t: Option<WireTime>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(WireTime::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(WireTime::At(s, n)) => libc::timespec {
+            tv_sec: s,
+            tv_nsec: i64::from(n),
+        },
     }
 }
 

@@ -41,16 +41,7 @@ pub(super) fn runs_inline(op: &Op) -> bool {
         // by the thread that would be waiting for it.
         Op::Read { len, dest, .. } => dest.is_none() && *len as usize <= INLINE_MAX_IO,
         Op::Write { data, .. } => data.len() <= INLINE_MAX_IO,
-        Op::Apply { steps, .. } => {
-            steps
-                .iter()
-                .map(|s| match s {
-                    Step::Write { data, .. } => data.len(),
-                    Step::Setattr(_) => 0,
-                })
-                .sum::<usize>()
-                <= INLINE_MAX_IO
-        }
+        Op::Apply { steps, .. } => steps.iter().map(Step::written).sum::<usize>() <= INLINE_MAX_IO,
         // May wait on the disk, or (watch) for the export's initial walk;
         // ReadHeads opens and reads many files.
         Op::Fsync { .. }

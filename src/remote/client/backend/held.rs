@@ -27,8 +27,8 @@ use std::time::SystemTime;
 
 use hipfs_fusefs::{Attr, Credentials, Errno, FileKind, Ino, Result, SetAttr, TimeOrNow};
 
-use super::super::super::proto::{Op, Payload, Step, WireSetAttr, APPLY_VERSION, MAX_STEPS};
-use super::{errno, wire_time, RemoteFs};
+use super::super::super::proto::{Op, Payload, Step, APPLY_VERSION, MAX_STEPS};
+use super::{errno, wire_set, RemoteFs};
 
 /// Most bytes of writes one file holds back.
 pub(super) const PER_FILE: usize = 256 * 1024;
@@ -177,14 +177,7 @@ impl RemoteFs {
             return None;
         }
         let attr = owner_change(&h.attr, set, SystemTime::now())?;
-        h.steps.push(Step::Setattr(WireSetAttr {
-            mode: set.mode.map(|m| m & 0o7777),
-            uid: set.uid,
-            gid: set.gid,
-            size: None,
-            atime: set.atime.map(wire_time),
-            mtime: set.mtime.map(wire_time),
-        }));
+        h.steps.push(Step::Setattr(wire_set(set)));
         h.attr = attr;
         Some(attr)
     }
@@ -227,14 +220,15 @@ impl RemoteFs {
         self.send_held(ino);
     }
 
-    /// Sends what `fh`'s file holds and reports any failure of its held
-    /// changes (once). With `end`, the file holds nothing from now on.
+    /// Sends what `ino` holds and, when `fh` is the handle that made the
+    /// changes, reports any failure of them (once). With `end`, `fh`'s
+    /// file holds nothing from now on.
     pub(super) fn settle_handle(&self, ino: Ino, fh: u64, end: bool) -> Result<()> {
-        if self.held.lock().get(&ino).is_none_or(|h| h.fh != fh) {
-            return Ok(());
-        }
         self.send_held(ino);
         let mut held = self.held.lock();
+        if held.get(&ino).is_none_or(|h| h.fh != fh) {
+            return Ok(());
+        }
         let failed = if end {
             held.remove(&ino).and_then(|h| h.failed)
         } else {

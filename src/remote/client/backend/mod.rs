@@ -65,6 +65,7 @@ pub struct RemoteFs {
     no_xattr: bool,
     /// POSIX ACLs switched off (`-o noacl`, see [`RemoteFs::without_acls`]).
     no_acl: bool,
+    /// Created files hold nothing back (`-o nohold`, see [`held`]).
     no_hold: bool,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
@@ -143,6 +144,18 @@ fn wire_time(t: TimeOrNow) -> WireTime {
     match t {
         TimeOrNow::Now => WireTime::Now,
         TimeOrNow::At(t) => WireTime::from_system(t),
+    }
+}
+
+/// The kernel's attribute change as the server takes it.
+fn wire_set(changes: &SetAttr) -> WireSetAttr {
+    WireSetAttr {
+        mode: changes.mode.map(|m| m & 0o7777),
+        uid: changes.uid,
+        gid: changes.gid,
+        size: changes.size,
+        atime: changes.atime.map(wire_time),
+        mtime: changes.mtime.map(wire_time),
     }
 }
 
@@ -355,14 +368,7 @@ impl Backend for RemoteFs {
             self.drop_heads_of(ino);
         }
         let path = self.path_of(ino)?;
-        let set = WireSetAttr {
-            mode: changes.mode.map(|m| m & 0o7777),
-            uid: changes.uid,
-            gid: changes.gid,
-            size: changes.size,
-            atime: changes.atime.map(wire_time),
-            mtime: changes.mtime.map(wire_time),
-        };
+        let set = wire_set(changes);
         let p = match changes.fh.filter(|fh| self.file(*fh).is_ok()) {
             Some(fh) => self.file_call(fh, cred, |sfh, _| {
                 Ok(Op::Setattr {
@@ -580,7 +586,6 @@ impl Backend for RemoteFs {
 
     fn fsync(&self, ino: Ino, fh: u64, datasync: bool, cred: &Credentials) -> Result<()> {
         self.settle_handle(ino, fh, false)?;
-        self.send_held(ino);
         self.sync_file(fh, datasync, cred)
     }
 
