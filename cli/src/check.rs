@@ -73,6 +73,19 @@ pub fn run_checks(dir: &Path) -> Vec<Finding> {
             format!("/dev/fuse: {e} (hipfs mount needs FUSE)"),
         )),
     }
+    if let Some(on) = hipfs_fusefs::wake_here() {
+        out.push(finding(
+            "fuse wake-ups",
+            on,
+            if on {
+                "fuse.wake_here=Y: a FUSE request wakes the mount on the caller's CPU"
+            } else {
+                "fuse.wake_here=N: requests may wake the mount on another CPU (on small VMs \
+                 tens of microseconds each; `echo Y > /sys/module/fuse/parameters/wake_here` \
+                 as root turns it on for every FUSE mount, see README: Tuning)"
+            },
+        ));
+    }
     out.push(check_direct_io(dir));
     out.extend(check_cufile());
     out

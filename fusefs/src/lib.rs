@@ -10,6 +10,7 @@ mod backend;
 mod caller;
 mod credentials;
 mod error;
+mod host;
 mod identify;
 mod memfs;
 mod mount;
@@ -21,6 +22,7 @@ pub use backend::{
 };
 pub use caller::{caller_killed, caller_pid};
 pub use error::FuseError;
+pub use host::wake_here;
 pub use identify::{
     identify_fd, identify_fd_for, invalidate_fd, IdentifyPurpose, HIPFS_IOC_IDENTIFY,
     HIPFS_IOC_IDENTIFY_OPAQUE, HIPFS_IOC_INVALIDATE, IDENTIFY_BUF_LEN, IDENTIFY_MAX_PAYLOAD,

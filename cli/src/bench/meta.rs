@@ -301,11 +301,16 @@ pub fn run_meta_bench(o: &MetaBenchOptions) -> Result<(), Box<dyn std::error::Er
     }
     let table = result?;
     println!(
-        "hipfs bench meta: {} tree files (1,000 per directory), {} small files; loopback, same run; hipfs -o {}; {}median of {}",
+        "hipfs bench meta: {} tree files (1,000 per directory), {} small files; loopback, same run; hipfs -o {}; {}{}median of {}",
         o.tree_files,
         o.small_files,
         if o.mount_options.is_empty() { "defaults" } else { &o.mount_options },
         if can_drop { "cold = after drop_caches; " } else { "NOT root: cold steps ran with warm caches; " },
+        match hipfs_fusefs::wake_here() {
+            Some(true) => "fuse.wake_here=Y; ",
+            Some(false) => "fuse.wake_here=N; ",
+            None => "",
+        },
         o.repeats.max(1)
     );
     print!("{:<30} {:>9}", "operation", "local s");
