@@ -46,10 +46,12 @@ if step tests; then
 fi
 
 if step userspace; then
-    say "UserspaceFs over TCP on loopback: into device memory, then host memory ($USIZE)"
+    say "UserspaceFs over TCP on loopback: into device memory, then host memory ($USIZE); then 256 MiB and 1 GiB requests"
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --create "$USIZE" --gpu || fail=1
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" || fail=1
     HIPFS_STATS=1 timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 1 --request 256M || fail=1
+    # Whole-checkpoint reads (the loader reads all tensor data in one call): large requests.
+    timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 2 --request 1G || fail=1
 fi
 
 if step uslanes; then
