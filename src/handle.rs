@@ -68,7 +68,7 @@ pub fn handle_register_with(
         FileHandleType::OpaqueFd => {
             let config = registry::current_config();
             match (opaque_on_hipfs(fd, &config), unbound) {
-                (Some(Ok(fs)), _) => FileBackend::Userspace(fs),
+                (Some(Ok(fs)), _) => FileBackend::userspace(fs),
                 (Some(Err(e)), UnboundHipfsFile::Fail) => return Err(e),
                 (Some(Err(e)), UnboundHipfsFile::ThroughMount) => {
                     log::warn!(
@@ -80,8 +80,8 @@ pub fn handle_register_with(
             }
         }
         FileHandleType::UserspaceFs => match fs {
-            Some(fs) => FileBackend::Userspace(fs),
-            None => FileBackend::Userspace(resolve_userspace(fd)?),
+            Some(fs) => FileBackend::userspace(fs),
+            None => FileBackend::userspace(resolve_userspace(fd)?),
         },
     };
     registry::insert_file(fd, kind, backend)

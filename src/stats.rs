@@ -122,6 +122,16 @@ pub fn record_write(path: IoPath, bytes: usize) {
     c.write_ops.fetch_add(1, Ordering::Relaxed);
 }
 
+static READAHEAD_USED: AtomicU64 = AtomicU64::new(0);
+static READAHEAD_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Records bytes fetched ahead of staged reads: `used` by the read they
+/// were fetched for, `dropped` unused (not read, too old, or a write came).
+pub fn record_readahead(used: usize, dropped: usize) {
+    READAHEAD_USED.fetch_add(used as u64, Ordering::Relaxed);
+    READAHEAD_DROPPED.fetch_add(dropped as u64, Ordering::Relaxed);
+}
+
 /// Records that a handle fell back from its preferred path.
 pub fn record_fallback() {
     FALLBACKS.fetch_add(1, Ordering::Relaxed);
@@ -153,6 +163,11 @@ pub struct Stats {
     pub remote: PathStats,
     /// Times a path fell back to another.
     pub fallbacks: u64,
+    /// Bytes fetched ahead of staged reads and used by them (counted in
+    /// `remote` too when read).
+    pub readahead_used: u64,
+    /// Bytes fetched ahead and dropped unused.
+    pub readahead_dropped: u64,
 }
 
 impl Stats {
@@ -184,6 +199,8 @@ pub fn snapshot() -> Stats {
         staged: get(IoPath::Staged),
         remote: get(IoPath::Remote),
         fallbacks: FALLBACKS.load(Ordering::Relaxed),
+        readahead_used: READAHEAD_USED.load(Ordering::Relaxed),
+        readahead_dropped: READAHEAD_DROPPED.load(Ordering::Relaxed),
     }
 }
 
@@ -207,6 +224,11 @@ impl fmt::Display for Stats {
             )?;
         }
         writeln!(f, "fallbacks  {}", self.fallbacks)?;
+        writeln!(
+            f,
+            "readahead  {} bytes used, {} dropped",
+            self.readahead_used, self.readahead_dropped
+        )?;
         let d = device_registrations();
         write!(
             f,

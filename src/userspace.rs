@@ -115,6 +115,13 @@ pub trait UserspaceFs: Send + Sync {
     fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
     /// Writes `buf.len` bytes at `offset`.
     fn write(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
+    /// Whether the library may read ahead of sequential reads staged into
+    /// device memory: call `read` from its own threads, at offsets the
+    /// application has not asked for yet (see `io::readahead`). Off unless
+    /// the filesystem says so.
+    fn reads_ahead(&self) -> bool {
+        false
+    }
     /// Calls worth keeping in flight at once when a large transfer is
     /// staged through host memory (each worker stages one chunk).
     fn parallelism(&self) -> usize {

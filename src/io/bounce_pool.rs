@@ -287,12 +287,16 @@ pub struct Profile {
     pub enqueue_ns: u64,
     /// Chunks moved.
     pub chunks: u64,
+    /// Of those, chunks fetched ahead (their network time is the wait
+    /// for the fetch, in `file_ns`).
+    pub ahead: u64,
 }
 
 static FILE_NS: AtomicU64 = AtomicU64::new(0);
 static WAIT_NS: AtomicU64 = AtomicU64::new(0);
 static ENQUEUE_NS: AtomicU64 = AtomicU64::new(0);
 static CHUNKS: AtomicU64 = AtomicU64::new(0);
+static AHEAD: AtomicU64 = AtomicU64::new(0);
 
 /// Adds one worker's times.
 pub(crate) fn add_profile(p: &Profile) {
@@ -300,6 +304,7 @@ pub(crate) fn add_profile(p: &Profile) {
     WAIT_NS.fetch_add(p.wait_ns, Ordering::Relaxed);
     ENQUEUE_NS.fetch_add(p.enqueue_ns, Ordering::Relaxed);
     CHUNKS.fetch_add(p.chunks, Ordering::Relaxed);
+    AHEAD.fetch_add(p.ahead, Ordering::Relaxed);
 }
 
 /// The times summed since the last call, and resets them.
@@ -309,6 +314,7 @@ pub fn take_profile() -> Profile {
         wait_ns: WAIT_NS.swap(0, Ordering::Relaxed),
         enqueue_ns: ENQUEUE_NS.swap(0, Ordering::Relaxed),
         chunks: CHUNKS.swap(0, Ordering::Relaxed),
+        ahead: AHEAD.swap(0, Ordering::Relaxed),
     }
 }
 

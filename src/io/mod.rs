@@ -9,6 +9,7 @@
 pub mod bounce_pool;
 mod host_path;
 pub mod posix;
+pub mod readahead;
 pub mod staged;
 pub mod workers;
 
@@ -26,7 +27,25 @@ pub enum FileBackend {
     /// A local file: O_DIRECT and buffered fds.
     Posix(PosixFile),
     /// A userspace filesystem's file.
-    Userspace(Arc<dyn UserspaceFs>),
+    Userspace(UserspaceFile),
+}
+
+/// A userspace filesystem's file and what the engine keeps for it.
+pub struct UserspaceFile {
+    /// The filesystem serving it.
+    pub fs: Arc<dyn UserspaceFs>,
+    /// Sequential readahead of staged reads.
+    ahead: readahead::Readahead,
+}
+
+impl FileBackend {
+    /// The backend of a file `fs` serves.
+    pub fn userspace(fs: Arc<dyn UserspaceFs>) -> FileBackend {
+        FileBackend::Userspace(UserspaceFile {
+            fs,
+            ahead: Default::default(),
+        })
+    }
 }
 
 /// What the engine knows about the memory of one I/O: taken from the
@@ -157,19 +176,28 @@ pub(crate) fn transfer(
             }
             MemoryKind::Device => staged::transfer(pf, &req, config),
         },
-        FileBackend::Userspace(fs) => {
-            userspace_transfer(fs.as_ref(), &req, target.rdma_desc.as_deref(), kind, config)
+        FileBackend::Userspace(file) if req.dir == Dir::Write => {
+            // Bytes fetched ahead before this write (or while it runs) are
+            // not used after it.
+            readahead::note_write();
+            let r = userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config);
+            readahead::note_write();
+            r
+        }
+        FileBackend::Userspace(file) => {
+            userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config)
         }
     }
 }
 
 fn userspace_transfer(
-    fs: &dyn UserspaceFs,
+    file: &UserspaceFile,
     req: &Request,
     rdma_desc: Option<&str>,
     kind: MemoryKind,
     config: &Config,
 ) -> Result<usize> {
+    let fs = &*file.fs;
     let host_ok = kind != MemoryKind::Device;
     // The request's memory was validated against its buffer by the API
     // face that made it (see crate::lent).
@@ -194,7 +222,7 @@ fn userspace_transfer(
             len: req.size,
             host_ptr: None,
         },
-        None => return staged::userspace_transfer(fs, req, config),
+        None => return staged::userspace_transfer(file, req, config),
     });
     let n = match req.dir {
         Dir::Read => fs.read(buf, req.file_offset)?,

@@ -16,6 +16,8 @@
 use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
+use super::readahead::{Begun, SlabSource};
+use super::UserspaceFile;
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
@@ -34,24 +36,40 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
         return Ok(n);
     }
     let plan = Plan::new(config, pf.offset_align);
-    pipeline(rt, &Source::File(pf), req, plan)
+    pipeline(rt, &Source::File(pf), req, plan, None)
 }
 
 /// A userspace filesystem with device memory and no RDMA registration:
 /// the same pinned pipeline, the filesystem filling (or draining) each
 /// slab while the copy engine moves the slabs before it. One worker per
 /// request the filesystem can serve at once.
+/// Reads keep the network busy across requests with `file`'s readahead
+/// (see `readahead`).
 pub(crate) fn userspace_transfer(
-    fs: &dyn UserspaceFs,
+    file: &UserspaceFile,
     req: &Request,
     config: &Config,
 ) -> Result<usize> {
     let rt = gpu::runtime();
+    let fs = &*file.fs;
     let mut plan = Plan::new(config, 4096);
     // Same slabs as the file path (the pool keeps one shape); the pinned
     // budget still caps the lanes.
     plan.workers = fs.parallelism().clamp(1, 64);
-    pipeline(rt, &Source::Userspace(fs), req, plan)
+    let ahead = (req.dir == Dir::Read && fs.reads_ahead()).then(|| Ahead {
+        file,
+        begun: file.ahead.begin(req.file_offset, req.size),
+        launched: AtomicBool::new(false),
+    });
+    pipeline(rt, &Source::Userspace(fs), req, plan, ahead.as_ref())
+}
+
+/// A staged read's readahead: what was fetched for it, and whether it has
+/// started fetching for the next read.
+struct Ahead<'a> {
+    file: &'a UserspaceFile,
+    begun: Begun,
+    launched: AtomicBool,
 }
 
 /// Where the bytes of a staged request come from (reads) or go (writes).
@@ -105,12 +123,19 @@ impl Source<'_> {
 }
 
 /// The bounce pipeline between device memory and `src`.
-fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan) -> Result<usize> {
+fn pipeline(
+    rt: &'static dyn GpuRuntime,
+    src: &Source,
+    req: &Request,
+    plan: Plan,
+    ahead: Option<&Ahead>,
+) -> Result<usize> {
     let info = gpu::classify(req.mem);
     let device = info.device.max(0);
     // Chunks sit at multiples of their size in the file, so all but the
     // first and last are aligned for O_DIRECT.
-    let chunks = Chunks::new(req.file_offset, req.size, chunk_len(req.size, &plan));
+    let chunk = chunk_len(req.size, &plan);
+    let chunks = Chunks::new(req.file_offset, req.size, chunk);
     let n = chunks.count();
     let bounds = |i: usize| chunks.get(i);
     let wanted = Plan {
@@ -131,6 +156,9 @@ fn pipeline(rt: &'static dyn GpuRuntime, src: &Source, req: &Request, plan: Plan
         results: &results,
         next: &next,
         stop: &stop,
+        ahead,
+        chunk,
+        slab: plan.slab,
     };
     workers::run_parallel(lanes.lanes.len(), &|w| {
         let mut lane = lanes.lanes[w].lock().unwrap_or_else(|p| p.into_inner());
@@ -201,6 +229,10 @@ struct Job<'a> {
     results: &'a [Mutex<Option<Result<usize>>>],
     next: &'a AtomicUsize,
     stop: &'a AtomicBool,
+    ahead: Option<&'a Ahead<'a>>,
+    /// Bytes per chunk, and per new slab.
+    chunk: usize,
+    slab: usize,
 }
 
 fn ns(t: Instant) -> u64 {
@@ -244,8 +276,28 @@ impl Job<'_> {
         let mut prof = Profile::default();
         let depth = lane.slots.len();
         let mut k = 0usize;
+        // Slabs fetched ahead that this worker copied from: they go back
+        // once its stream has run the copies.
+        let mut used = Vec::new();
         while let Some(i) = self.claim() {
             let (off, len, m) = (self.bounds)(i);
+            let t = Instant::now();
+            if let Some(mut f) = self.ahead.and_then(|a| a.begun.take(off, len)) {
+                prof.file_ns += ns(t);
+                prof.ahead += 1;
+                let got = f.got;
+                if got > 0 {
+                    let t = Instant::now();
+                    let dst = self.device_range(m, got)?;
+                    f.slot().copy_to_device(dst, &lane.stream)?;
+                    prof.enqueue_ns += ns(t);
+                    stats::record_read(self.src.path(), got);
+                }
+                used.push(f);
+                prof.chunks += 1;
+                self.put(i, Ok(got), len);
+                continue;
+            }
             let slot = &mut lane.slots[k % depth];
             k += 1;
             let t = Instant::now();
@@ -268,11 +320,37 @@ impl Job<'_> {
             }
             self.put(i, r, len);
         }
+        self.read_ahead(lane.device);
         let t = Instant::now();
         lane.stream.synchronize()?;
         prof.wait_ns += ns(t);
+        for f in used {
+            f.finish();
+        }
         bounce_pool::add_profile(&prof);
         Ok(())
+    }
+
+    /// The first worker out of chunks of a sequential read that went well
+    /// so far starts fetching the next read's chunks, while the others
+    /// finish this one's.
+    fn read_ahead(&self, device: i32) {
+        let Some(a) = self.ahead else { return };
+        if !a.begun.sequential
+            || self.stop.load(Ordering::Relaxed)
+            || a.launched.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let next = self.req.file_offset + self.req.size as u64;
+        let slabs = SlabSource {
+            rt: self.rt,
+            device,
+            slab: self.slab,
+        };
+        a.file
+            .ahead
+            .launch(&a.file.fs, slabs, next, self.req.size, self.chunk);
     }
 
     /// Device → slab → file, the next chunk's copy overlapping this chunk's write.

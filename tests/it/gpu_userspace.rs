@@ -140,3 +140,151 @@ fn threads_read_disjoint_pieces_into_one_device_buffer() {
     buf.deregister().unwrap();
     assert!(dev.fetch() == data);
 }
+
+/// Reads `len` bytes at `off` of `fh` into the start of `dev` and checks
+/// them against `want`.
+fn read_checked(
+    fh: &hipfs::FileHandle,
+    dev: &Dev,
+    off: usize,
+    len: usize,
+    want: &[u8],
+    what: &str,
+) {
+    let mut buf = dev.buffer();
+    let n = fh.read(&mut buf, len, off as i64, 0).unwrap();
+    assert_eq!(n, want.len(), "{what}: bytes read at {off}");
+    assert!(dev.fetch_at(0, n) == want, "{what}: bytes at {off}");
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
+fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
+    let rt = gpu_and_fuse();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let step = 8 << 20;
+    let size = 5 * step + 1234;
+    let data = pattern(17, size);
+    fs::write(fx.e("seq"), &data).unwrap();
+    let fh = open_us(&fx.m("seq"), libc::O_RDONLY);
+    let dev = Dev::filled(rt, step, 0x3c);
+    let before = hipfs::stats::snapshot();
+    for off in (0..size).step_by(step) {
+        let want = &data[off..(off + step).min(size)];
+        read_checked(&fh, &dev, off, step, want, "sequential read");
+    }
+    let after = hipfs::stats::snapshot();
+    // Each read from the second on was fetched while the one before it
+    // ended (the last is short: only its 1234 bytes count).
+    let used = after.readahead_used - before.readahead_used;
+    assert!(
+        used >= 4 * step as u64,
+        "bytes fetched ahead and used: {used}, want at least {}",
+        4 * step
+    );
+    // Past the end of the file: nothing, not stale readahead.
+    read_checked(&fh, &dev, size, step, &[], "read past the end");
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
+fn bytes_fetched_ahead_are_not_used_after_a_write_or_once_too_old() {
+    let rt = gpu_and_fuse();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let step = 4 << 20;
+    let size = 8 * step;
+    let mut data = pattern(19, size);
+    fs::write(fx.e("rw"), &data).unwrap();
+    let fh = open_us(&fx.m("rw"), libc::O_RDWR);
+    let other = open_us(&fx.m("rw"), libc::O_RDWR);
+    let dev = Dev::new(rt, step);
+    let src = Dev::new(rt, step);
+    let before = hipfs::stats::snapshot();
+    read_checked(&fh, &dev, 0, step, &data[..step], "first read");
+    // This read fetches [2 step, 3 step) ahead; a write through the same
+    // handle then changes those bytes.
+    read_checked(&fh, &dev, step, step, &data[step..2 * step], "second read");
+    let new = pattern(23, step);
+    // SAFETY: the test's own live device allocation, in range.
+    unsafe { rt.copy_to_device(hipfs::gpu::DevicePtr::from_addr(src.ptr), &new) }.unwrap();
+    assert_eq!(
+        fh.write(&src.buffer(), step, 2 * step as i64, 0).unwrap(),
+        step
+    );
+    data[2 * step..3 * step].copy_from_slice(&new);
+    read_checked(
+        &fh,
+        &dev,
+        2 * step,
+        step,
+        &data[2 * step..3 * step],
+        "after a write through the handle",
+    );
+    // The same through another handle of the file.
+    read_checked(
+        &fh,
+        &dev,
+        3 * step,
+        step,
+        &data[3 * step..4 * step],
+        "fourth read",
+    );
+    let new = pattern(29, step);
+    // SAFETY: as above.
+    unsafe { rt.copy_to_device(hipfs::gpu::DevicePtr::from_addr(src.ptr), &new) }.unwrap();
+    assert_eq!(
+        other
+            .write(&src.buffer(), step, 4 * step as i64, 0)
+            .unwrap(),
+        step
+    );
+    data[4 * step..5 * step].copy_from_slice(&new);
+    read_checked(
+        &fh,
+        &dev,
+        4 * step,
+        step,
+        &data[4 * step..5 * step],
+        "after a write through another handle",
+    );
+    // A change made on the server, seen once the reader paused longer than
+    // fetched bytes are kept.
+    let new = pattern(31, step);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(fx.e("rw")).unwrap();
+        f.write_all_at(&new, 5 * step as u64).unwrap();
+    }
+    data[5 * step..6 * step].copy_from_slice(&new);
+    std::thread::sleep(hipfs::io::readahead::MAX_AGE + std::time::Duration::from_millis(300));
+    read_checked(
+        &fh,
+        &dev,
+        5 * step,
+        step,
+        &data[5 * step..6 * step],
+        "after a pause",
+    );
+    let after = hipfs::stats::snapshot();
+    assert!(
+        after.readahead_dropped - before.readahead_dropped >= 3 * step as u64,
+        "three windows were dropped: {} bytes",
+        after.readahead_dropped - before.readahead_dropped
+    );
+}

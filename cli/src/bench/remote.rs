@@ -594,6 +594,7 @@ pub fn bench_userspace(
                 us_prof.wait_ns += p.wait_ns;
                 us_prof.enqueue_ns += p.enqueue_ns;
                 us_prof.chunks += p.chunks;
+                us_prof.ahead += p.ahead;
                 us_secs += t1;
             }
             let (n2, s2, t2) =
@@ -655,8 +656,9 @@ pub fn bench_userspace(
         let per = |ns: u64| ns as f64 / us_prof.chunks as f64 / 1e3;
         let busy = (us_prof.file_ns + us_prof.wait_ns + us_prof.enqueue_ns) as f64 / 1e9;
         println!(
-            "UserspaceFs staging: {} chunks; per chunk {:.0} us network, {:.0} us GPU wait, {:.0} us enqueue; workers busy {:.0}% of the timed rounds x {lanes}",
+            "UserspaceFs staging: {} chunks ({} fetched ahead); per chunk {:.0} us network, {:.0} us GPU wait, {:.0} us enqueue; workers busy {:.0}% of the timed rounds x {lanes}",
             us_prof.chunks,
+            us_prof.ahead,
             per(us_prof.file_ns),
             per(us_prof.wait_ns),
             per(us_prof.enqueue_ns),

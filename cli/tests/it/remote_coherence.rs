@@ -437,7 +437,17 @@ fn notices_and_create_replies_take_the_form_of_the_protocol_version_each_client_
                 flags: libc::O_WRONLY | libc::O_EXCL,
             },
         };
-        match raw_call(c, &op.encode()).result.unwrap().split_parent().0 {
+        // Both clients watch: a notice of the other's create may come
+        // before this reply.
+        c.send(&op.encode()).unwrap();
+        let reply = loop {
+            let r = Reply::decode(&c.recv(Duration::from_secs(5)).unwrap()).unwrap();
+            if r.id != NOTICE_ID {
+                break r;
+            }
+        };
+        assert_eq!(reply.id, 2, "the create's reply");
+        match reply.result.unwrap().split_parent().0 {
             Payload::Created { no_xattrs, .. } => no_xattrs,
             p => panic!("a create answered {p:?}"),
         }

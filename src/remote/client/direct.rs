@@ -510,6 +510,10 @@ impl UserspaceFs for RemoteFile {
         "hipfs".into()
     }
 
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn parallelism(&self) -> usize {
         self.parallel()
     }

@@ -123,6 +123,10 @@ impl UserspaceFs for SpreadFile {
         "hipfs".into()
     }
 
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn parallelism(&self) -> usize {
         self.parts.len() * PARALLEL
     }

@@ -1,0 +1,417 @@
+//! Sequential readahead for staged reads from a userspace filesystem (a
+//! hipfs file over TCP into device memory, see `staged`).
+//!
+//! Why: a staged request ends with a drain. Its last chunks arrive and are
+//! copied to the device while the network has nothing left to carry, and
+//! the next request starts from idle sockets. With 64 MiB requests on a
+//! 16-core machine the pipeline's workers were busy only 70-76% of the
+//! time. Readahead keeps the network busy across requests: once a read that
+//! continues a sequential run has handed out its last chunk, the chunks the
+//! next read of the same size would have are fetched into pinned slabs of
+//! their own, by threads of their own, so the request can finish without
+//! waiting for them. The next read copies those slabs to the device and
+//! fetches only what is not there.
+//!
+//! What a fetched chunk may be used for: only the read it was fetched for
+//! (same offset, same length), at most [`MAX_AGE`] after it was asked for,
+//! and only if no write went through this library in the meantime (any
+//! write through any handle of the process drops every chunk fetched
+//! before it). Anything else is dropped and read again.
+//!
+//! Bounds: a window holds at most `HIPFS_READAHEAD_MB` (default 64, `0`
+//! turns readahead off) and all windows together at most [`BUDGET`] of
+//! pinned memory; slabs are reused across windows and kept once pinned.
+
+use crate::error::{Error, OpError, Result};
+use crate::gpu::{Event, GpuRuntime, PinnedHost, StagingSlot};
+use crate::lent::Chunks;
+use crate::stats;
+use crate::userspace::{UserspaceBuf, UserspaceFs};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Pinned bytes every readahead window of the process may hold together.
+const BUDGET: usize = 256 << 20;
+/// How long after it was asked for a fetched chunk may still be used: a
+/// reader that pauses gets what the file holds then, not bytes fetched
+/// before the pause.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// Threads that fetch ahead, for all windows together.
+const MAX_THREADS: usize = 32;
+/// The default window, MiB.
+const DEFAULT_WINDOW_MB: usize = 64;
+
+/// The window cap in bytes (`HIPFS_READAHEAD_MB`, read once; 0 = off).
+fn window_cap() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        let mb = match std::env::var("HIPFS_READAHEAD_MB") {
+            Ok(v) => v.trim().parse::<usize>().unwrap_or_else(|_| {
+                log::warn!(
+                    "HIPFS_READAHEAD_MB={v:?} is not a number of MiB; using {DEFAULT_WINDOW_MB}"
+                );
+                DEFAULT_WINDOW_MB
+            }),
+            Err(_) => DEFAULT_WINDOW_MB,
+        };
+        mb.min(BUDGET >> 20) << 20
+    })
+}
+
+/// Bumped by every write through the library: chunks fetched before a
+/// write are not used after it.
+static WRITES: AtomicU64 = AtomicU64::new(0);
+
+/// Says that a write went through the library: every chunk fetched ahead
+/// so far is dropped.
+pub(crate) fn note_write() {
+    WRITES.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A pinned slab of the readahead pool, on one device.
+struct AheadSlab {
+    slot: StagingSlot,
+    device: i32,
+}
+
+impl Drop for AheadSlab {
+    fn drop(&mut self) {
+        PINNED.fetch_sub(self.slot.len(), Ordering::Relaxed);
+    }
+}
+
+/// Pinned bytes the readahead slabs hold (free or in use).
+static PINNED: AtomicUsize = AtomicUsize::new(0);
+/// Slabs not in use.
+static FREE: Mutex<Vec<AheadSlab>> = Mutex::new(Vec::new());
+
+/// A free slab of at least `len` bytes on `device`, or a new one of
+/// `slab` bytes within the budget. The caller has `device` bound.
+fn take_slab(
+    rt: &'static dyn GpuRuntime,
+    device: i32,
+    len: usize,
+    slab: usize,
+) -> Option<AheadSlab> {
+    {
+        let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = free
+            .iter()
+            .position(|s| s.device == device && s.slot.len() >= len)
+        {
+            return Some(free.swap_remove(i));
+        }
+    }
+    let slab = slab.max(len);
+    let claimed = PINNED.fetch_add(slab, Ordering::Relaxed);
+    if claimed + slab > BUDGET {
+        PINNED.fetch_sub(slab, Ordering::Relaxed);
+        return None;
+    }
+    let made = PinnedHost::alloc(rt, slab).and_then(|buf| {
+        let event = Event::new(rt, device)?;
+        Ok(StagingSlot::new(buf, event))
+    });
+    match made {
+        Ok(slot) => Some(AheadSlab { slot, device }),
+        Err(e) => {
+            PINNED.fetch_sub(slab, Ordering::Relaxed);
+            log::debug!("no pinned slab for readahead: {e}");
+            None
+        }
+    }
+}
+
+/// Gives a slab no copy uses back to the pool.
+fn give_slab(s: AheadSlab) {
+    FREE.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+}
+
+/// Where new readahead slabs come from: pinned memory of `rt` for copies
+/// to `device` (which the caller has bound), `slab` bytes each.
+pub(crate) struct SlabSource {
+    pub rt: &'static dyn GpuRuntime,
+    pub device: i32,
+    pub slab: usize,
+}
+
+/// One chunk fetched (or being fetched) ahead.
+pub(crate) struct Piece {
+    off: u64,
+    len: usize,
+    asked: Instant,
+    writes: u64,
+    state: Mutex<PieceState>,
+    done: Condvar,
+}
+
+enum PieceState {
+    Fetching,
+    Fetched(AheadSlab, Result<usize>),
+    Taken,
+}
+
+/// What a reader got from a piece: the slab (holding `got` bytes) to copy
+/// from, and give back with [`Fetched::finish`] once the copy completed.
+pub(crate) struct Fetched {
+    slab: AheadSlab,
+    /// Bytes the slab holds (fewer than asked: end of file).
+    pub got: usize,
+}
+
+impl Fetched {
+    /// The slot to copy from.
+    pub(crate) fn slot(&mut self) -> &mut StagingSlot {
+        &mut self.slab.slot
+    }
+    /// Back to the pool once the copy from it completed (the caller has
+    /// the device bound; a slab whose copy cannot be waited for is
+    /// dropped, and `StagingSlot` leaks it rather than free it under a
+    /// copy).
+    pub(crate) fn finish(mut self) {
+        stats::record_readahead(self.got, 0);
+        if self.slab.slot.wait().is_ok() {
+            give_slab(self.slab);
+        }
+    }
+}
+
+impl Piece {
+    /// Waits for the fetch, then takes it if it may still be used.
+    fn take(&self) -> Option<Fetched> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while matches!(*st, PieceState::Fetching) {
+            st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        let PieceState::Fetched(slab, got) = std::mem::replace(&mut *st, PieceState::Taken) else {
+            return None;
+        };
+        drop(st);
+        let fresh = self.asked.elapsed() <= MAX_AGE && WRITES.load(Ordering::SeqCst) == self.writes;
+        match got {
+            Ok(got) if fresh && got <= self.len => Some(Fetched { slab, got }),
+            _ => {
+                if let Ok(n) = got {
+                    stats::record_readahead(0, n);
+                }
+                give_slab(slab);
+                None
+            }
+        }
+    }
+
+    fn finish(&self, slab: AheadSlab, got: Result<usize>) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = PieceState::Fetched(slab, got);
+        self.done.notify_all();
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        // Fetched and never used: the slab goes back.
+        let st = std::mem::replace(
+            self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
+            PieceState::Taken,
+        );
+        if let PieceState::Fetched(slab, got) = st {
+            if let Ok(n) = got {
+                stats::record_readahead(0, n);
+            }
+            give_slab(slab);
+        }
+    }
+}
+
+/// Reads `piece` into `slab` with `fs` and hands the result to the piece.
+fn fetch(fs: &dyn UserspaceFs, piece: &Piece, mut slab: AheadSlab) {
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dst = slab.slot.host(piece.len)?;
+        let n = fs.read(UserspaceBuf::from_slice(dst), piece.off)?;
+        if n > piece.len {
+            return Err(Error::new(
+                OpError::InternalError,
+                format!(
+                    "userspace filesystem reported {n} bytes for a {}-byte read",
+                    piece.len
+                ),
+            ));
+        }
+        Ok(n)
+    }))
+    .unwrap_or_else(|_| {
+        Err(Error::new(
+            OpError::InternalError,
+            "a readahead read panicked",
+        ))
+    });
+    piece.finish(slab, got);
+}
+
+/// The readahead of one registered file.
+#[derive(Default)]
+pub struct Readahead {
+    win: Mutex<Window>,
+}
+
+#[derive(Default)]
+struct Window {
+    /// Where the last read ended: a read starting there is sequential.
+    last_end: Option<u64>,
+    /// Chunks fetched for the read expected next, by file offset.
+    pieces: HashMap<u64, Arc<Piece>>,
+}
+
+/// A read's view of the readahead: the chunks fetched for it, and whether
+/// it continues a sequential run (then it fetches for the next read).
+pub(crate) struct Begun {
+    pieces: HashMap<u64, Arc<Piece>>,
+    pub sequential: bool,
+}
+
+impl Begun {
+    /// The fetched chunk at `off` of `len` bytes, if there is one that may
+    /// be used (waits for its fetch to end).
+    pub(crate) fn take(&self, off: u64, len: usize) -> Option<Fetched> {
+        self.pieces
+            .get(&off)
+            .filter(|p| p.len == len)
+            .and_then(|p| p.take())
+    }
+}
+
+impl Readahead {
+    /// A read of `size` bytes at `off` begins: takes what was fetched for
+    /// it (everything else in the window is dropped).
+    pub(crate) fn begin(&self, off: u64, size: usize) -> Begun {
+        let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
+        // A run starts at the file's start or where the last read ended.
+        let sequential = off == 0 || w.last_end == Some(off);
+        w.last_end = Some(off + size as u64);
+        Begun {
+            pieces: std::mem::take(&mut w.pieces),
+            sequential,
+        }
+    }
+
+    /// Fetches, in the background, the chunks of `chunk` bytes the read of
+    /// `size` bytes at `next` would have (up to the window), into slabs
+    /// from `slabs`, unless a read has begun since or readahead is off.
+    pub(crate) fn launch(
+        &self,
+        fs: &Arc<dyn UserspaceFs>,
+        slabs: SlabSource,
+        next: u64,
+        size: usize,
+        chunk: usize,
+    ) {
+        let SlabSource { rt, device, slab } = slabs;
+        let cap = window_cap();
+        if cap == 0 || size == 0 || chunk > slab {
+            return;
+        }
+        let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
+        if w.last_end != Some(next) || !w.pieces.is_empty() {
+            // Another read of this file came in between.
+            return;
+        }
+        let chunks = Chunks::new(next, size, chunk);
+        let writes = WRITES.load(Ordering::SeqCst);
+        let mut bytes = 0usize;
+        for i in 0..chunks.count() {
+            let (off, len, _) = chunks.get(i);
+            if bytes + len > cap {
+                break;
+            }
+            let Some(s) = take_slab(rt, device, len, slab) else {
+                break;
+            };
+            bytes += len;
+            let piece = Arc::new(Piece {
+                off,
+                len,
+                asked: Instant::now(),
+                writes,
+                state: Mutex::new(PieceState::Fetching),
+                done: Condvar::new(),
+            });
+            w.pieces.insert(off, piece.clone());
+            let fs = fs.clone();
+            submit(Box::new(move || fetch(&*fs, &piece, s)));
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The fetching threads: made as jobs come, up to [`MAX_THREADS`], and
+/// kept.
+#[derive(Default)]
+struct Runner {
+    queue: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+static RUNNER: Mutex<Option<Runner>> = Mutex::new(None);
+static WORK: Condvar = Condvar::new();
+
+fn submit(job: Job) {
+    let mut g = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
+    let r = g.get_or_insert_with(Runner::default);
+    r.queue.push_back(job);
+    if r.idle < r.queue.len() && r.threads < MAX_THREADS {
+        let spawned = std::thread::Builder::new()
+            .name("hipfs-ahead".into())
+            .spawn(run_jobs);
+        match spawned {
+            Ok(_) => r.threads += 1,
+            Err(e) if r.threads == 0 => {
+                // No thread to run it: run it here (a job always ends, so
+                // no reader waits for a fetch that never comes).
+                log::debug!("cannot start a readahead thread ({e}); fetching inline");
+                let job = r.queue.pop_back();
+                drop(g);
+                if let Some(job) = job {
+                    job();
+                }
+                return;
+            }
+            Err(e) => log::debug!("cannot start another readahead thread: {e}"),
+        }
+    }
+    WORK.notify_one();
+}
+
+fn run_jobs() {
+    loop {
+        let job = {
+            let mut g = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                let r = g.get_or_insert_with(Runner::default);
+                if let Some(j) = r.queue.pop_front() {
+                    break j;
+                }
+                r.idle += 1;
+                g = WORK.wait(g).unwrap_or_else(|p| p.into_inner());
+                g.get_or_insert_with(Runner::default).idle -= 1;
+            }
+        };
+        job();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_starts_at_zero_or_where_the_last_read_ended() {
+        let ra = Readahead::default();
+        assert!(ra.begin(0, 100).sequential);
+        assert!(ra.begin(100, 50).sequential);
+        assert!(!ra.begin(500, 50).sequential);
+        assert!(ra.begin(550, 50).sequential);
+    }
+}
