@@ -46,8 +46,10 @@ if step tests; then
 fi
 
 if step userspace; then
-    say "UserspaceFs over TCP on loopback: into device memory, then host memory ($USIZE); then 256 MiB and 1 GiB requests"
+    say "UserspaceFs over TCP on loopback: into device memory, with and without readahead, then host memory ($USIZE); then 256 MiB and 1 GiB requests"
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --create "$USIZE" --gpu || fail=1
+    say "the same into device memory without readahead (HIPFS_READAHEAD_MB=0)"
+    HIPFS_READAHEAD_MB=0 timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu || fail=1
     timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" || fail=1
     HIPFS_STATS=1 timeout 200 "$G/bin/hipfs" bench userspace "$W/us-$USIZE.bin" --gpu --repeats 1 --request 256M || fail=1
     # Whole-checkpoint reads (the loader reads all tensor data in one call): large requests.
