@@ -305,6 +305,7 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
         })?;
     let device = mount_device(&mountpoint);
     let connection = device.map(|(major, minor)| (major << 20) | minor);
+    let abort = connection.and_then(open_abort_switch);
     if let Some((major, minor)) = device {
         if !config.direct_io {
             raise_readahead(major, minor, config.max_readahead);
@@ -323,8 +324,25 @@ pub fn mount(backend: Arc<dyn Backend>, config: MountConfig) -> Result<MountHand
         session: Some(background),
         mountpoint,
         connection,
+        abort,
         closing,
     })
+}
+
+/// This connection's abort switch, opened now: the open file stays this connection's even
+/// after it ends (the kernel then ignores writes to it), while its number may be given to
+/// a later mount's connection, which a switch opened by number at teardown would abort.
+/// `None` where fusectl is out of reach (not root).
+fn open_abort_switch(id: u32) -> Option<std::fs::File> {
+    ensure_fusectl_mounted();
+    let path = format!("/sys/fs/fuse/connections/{id}/abort");
+    match std::fs::OpenOptions::new().write(true).open(&path) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            info!("no abort switch for this mount ({path}: {e}); teardown can only unmount it");
+            None
+        }
+    }
 }
 
 /// Mounts `backend` and serves it on the calling thread (plus `threads - 1` more) until the
@@ -394,6 +412,8 @@ pub struct MountHandle {
     session: Option<BackgroundSession>,
     mountpoint: PathBuf,
     connection: Option<u32>,
+    /// The connection's abort switch, opened at mount (see `open_abort_switch`).
+    abort: Option<std::fs::File>,
     /// Set first thing in teardown, so requests a backend keeps retrying
     /// (hard mounts) end and the session threads can stop.
     closing: Arc<AtomicBool>,
@@ -450,7 +470,7 @@ impl MountHandle {
             });
         }
         let unmounted = if self.ours_on_top() {
-            unmount_path(&self.mountpoint)
+            unmount_path_how(&self.mountpoint)
         } else {
             Err(io::Error::other(
                 "another mount now covers the mount point; not unmounting by path",
@@ -463,13 +483,25 @@ impl MountHandle {
             );
             self.abort_connection();
         }
+        // After a plain unmount the kernel has already ended the connection, and after "not
+        // mounted" it is not ours to judge: either way its number may by now name another
+        // mount's connection, which an abort by number would kill. Only a connection known to
+        // live on (detached lazily, or not unmounted) is aborted.
+        let alive = !matches!(unmounted, Ok(Unmounted::Plain | Unmounted::NotMounted));
         if !wait_finished(&session, TEARDOWN_GRACE) {
             warn!(
-                "FUSE session on {} still busy after {:?}; aborting the connection",
+                "FUSE session on {} still busy after {:?}{}",
                 self.mountpoint.display(),
-                TEARDOWN_GRACE
+                TEARDOWN_GRACE,
+                if alive {
+                    "; aborting the connection"
+                } else {
+                    "; waiting for its handlers"
+                }
             );
-            self.abort_connection();
+            if alive {
+                self.abort_connection();
+            }
             if !wait_finished(&session, TEARDOWN_GRACE) {
                 // Dropping the handle detaches the threads: better a leaked thread than a hang.
                 return Err(FuseError::Session {
@@ -493,11 +525,19 @@ impl MountHandle {
     }
 
     fn abort_connection(&self) {
-        let Some(id) = self.connection else { return };
-        ensure_fusectl_mounted();
-        let path = format!("/sys/fs/fuse/connections/{id}/abort");
-        if let Err(e) = std::fs::write(&path, b"1") {
-            warn!("cannot abort FUSE connection via {path}: {e}");
+        use std::io::Write;
+        let Some(mut f) = self.abort.as_ref() else {
+            warn!(
+                "cannot abort the FUSE connection of {}: no abort switch",
+                self.mountpoint.display()
+            );
+            return;
+        };
+        if let Err(e) = f.write_all(b"1") {
+            warn!(
+                "cannot abort the FUSE connection of {}: {e}",
+                self.mountpoint.display()
+            );
         }
     }
 }
@@ -547,14 +587,32 @@ fn wait_finished(session: &BackgroundSession, grace: Duration) -> bool {
 /// the name is freed at once), through fusermount3 when not privileged. Not being mounted
 /// (any more) is success.
 pub fn unmount_path(path: &Path) -> io::Result<()> {
+    unmount_path_how(path).map(|_| ())
+}
+
+/// How [`unmount_path_how`] took a mount away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unmounted {
+    /// Unmounted at once: the kernel ended the FUSE connection itself.
+    Plain,
+    /// Nothing was mounted there (any more).
+    NotMounted,
+    /// Detached lazily: the connection lives on while files are open.
+    Detached,
+}
+
+/// [`unmount_path`], saying how.
+fn unmount_path_how(path: &Path) -> io::Result<Unmounted> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mountpoint contains NUL"))?;
     let Err(err) = hipfs_sys::fs::umount2(&c, 0) else {
-        return Ok(());
+        return Ok(Unmounted::Plain);
     };
     match err.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
-        Some(libc::EBUSY) => hipfs_sys::fs::umount2(&c, libc::MNT_DETACH),
+        Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(Unmounted::NotMounted),
+        Some(libc::EBUSY) => {
+            hipfs_sys::fs::umount2(&c, libc::MNT_DETACH).map(|_| Unmounted::Detached)
+        }
         Some(libc::EPERM) => {
             let status = Command::new("fusermount3")
                 .arg("-u")
@@ -562,7 +620,7 @@ pub fn unmount_path(path: &Path) -> io::Result<()> {
                 .arg(path)
                 .status()?;
             if status.success() {
-                Ok(())
+                Ok(Unmounted::Detached)
             } else {
                 Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,

@@ -376,3 +376,50 @@ fn a_foreground_mount_returns_once_unmounted_from_outside() {
     serving.join().unwrap().expect("session ends cleanly");
     assert!(!is_mounted(dir.path()).unwrap());
 }
+
+/// The FUSE connection number of the mount at `dir` (`major << 20 | minor` from the mount
+/// table), as named under `/sys/fs/fuse/connections`.
+fn connection_number(dir: &std::path::Path) -> u32 {
+    let table = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.canonicalize().unwrap();
+    let line = table
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+        .next_back()
+        .expect("the mount is in the table");
+    let (major, minor) = line.split(' ').nth(2).unwrap().split_once(':').unwrap();
+    (major.parse::<u32>().unwrap() << 20) | minor.parse::<u32>().unwrap()
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn tearing_down_a_mount_with_a_stuck_handler_never_aborts_a_mount_made_after_it() {
+    // A handler that outlasts teardown's grace (5 s) before it aborts a connection.
+    const DELAY: Duration = Duration::from_secs(7);
+    let a = mount_memfs(MemFs::new().with_read_delay(DELAY), |c| c.direct_io = true);
+    fs::write(a.path("f"), b"x").unwrap();
+    let f = fs::File::open(a.path("f")).unwrap();
+    let reader = std::thread::spawn(move || f.read_at(&mut [0u8; 1], 0).map_err(|e| e.raw_os_error()));
+    std::thread::sleep(Duration::from_millis(300));
+    // The connection ends (aborted from outside) while the handler still sleeps: the reader
+    // is released, the session thread stays busy, and once A is unmounted its connection
+    // number is free for the next mount.
+    let id = connection_number(a.root());
+    fs::write(format!("/sys/fs/fuse/connections/{id}/abort"), "1").unwrap();
+    let r = reader.join().unwrap();
+    assert!(
+        matches!(r, Err(Some(libc::ENOTCONN | libc::ECONNABORTED))),
+        "a read on an aborted connection: {r:?}"
+    );
+    let teardown = std::thread::spawn(move || a.unmount());
+    std::thread::sleep(Duration::from_millis(300));
+    let b = mount_memfs(MemFs::new(), |_| {});
+    fs::write(b.path("g"), b"y").unwrap();
+    eprintln!("A was connection {id}, B is {}", connection_number(b.root()));
+    teardown.join().unwrap();
+    // A's teardown outlived its grace and is over; B still serves.
+    assert_eq!(fs::read(b.path("g")).unwrap(), b"y");
+}
