@@ -384,8 +384,7 @@ fn connection_number(dir: &std::path::Path) -> u32 {
     let dir = dir.canonicalize().unwrap();
     let line = table
         .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
-        .next_back()
+        .rfind(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
         .expect("the mount is in the table");
     let (major, minor) = line.split(' ').nth(2).unwrap().split_once(':').unwrap();
     (major.parse::<u32>().unwrap() << 20) | minor.parse::<u32>().unwrap()
@@ -402,7 +401,8 @@ fn tearing_down_a_mount_with_a_stuck_handler_never_aborts_a_mount_made_after_it(
     let a = mount_memfs(MemFs::new().with_read_delay(DELAY), |c| c.direct_io = true);
     fs::write(a.path("f"), b"x").unwrap();
     let f = fs::File::open(a.path("f")).unwrap();
-    let reader = std::thread::spawn(move || f.read_at(&mut [0u8; 1], 0).map_err(|e| e.raw_os_error()));
+    let reader =
+        std::thread::spawn(move || f.read_at(&mut [0u8; 1], 0).map_err(|e| e.raw_os_error()));
     std::thread::sleep(Duration::from_millis(300));
     // The connection ends (aborted from outside) while the handler still sleeps: the reader
     // is released, the session thread stays busy, and once A is unmounted its connection
@@ -418,7 +418,10 @@ fn tearing_down_a_mount_with_a_stuck_handler_never_aborts_a_mount_made_after_it(
     std::thread::sleep(Duration::from_millis(300));
     let b = mount_memfs(MemFs::new(), |_| {});
     fs::write(b.path("g"), b"y").unwrap();
-    eprintln!("A was connection {id}, B is {}", connection_number(b.root()));
+    eprintln!(
+        "A was connection {id}, B is {}",
+        connection_number(b.root())
+    );
     teardown.join().unwrap();
     // A's teardown outlived its grace and is over; B still serves.
     assert_eq!(fs::read(b.path("g")).unwrap(), b"y");
