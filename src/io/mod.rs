@@ -42,8 +42,8 @@ impl FileBackend {
     /// The backend of a file `fs` serves.
     pub fn userspace(fs: Arc<dyn UserspaceFs>) -> FileBackend {
         FileBackend::Userspace(UserspaceFile {
+            ahead: readahead::Readahead::new(&*fs),
             fs,
-            ahead: Default::default(),
         })
     }
 }
@@ -179,9 +179,9 @@ pub(crate) fn transfer(
         FileBackend::Userspace(file) if req.dir == Dir::Write => {
             // Bytes fetched ahead before this write (or while it runs) are
             // not used after it.
-            readahead::note_write();
+            file.ahead.note_write();
             let r = userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config);
-            readahead::note_write();
+            file.ahead.note_write();
             r
         }
         FileBackend::Userspace(file) => {

@@ -14,9 +14,9 @@
 //!
 //! What a fetched chunk may be used for: only the read it was fetched for
 //! (same offset, same length), at most [`MAX_AGE`] after it was asked for,
-//! and only if no write went through this library in the meantime (any
-//! write through any handle of the process drops every chunk fetched
-//! before it). Anything else is dropped and read again.
+//! and only if no write to the file went through this library in the
+//! meantime (through any handle of the process: files are told apart by
+//! `UserspaceFs::identify`). Anything else is dropped and read again.
 //!
 //! Bounds: a window holds at most `HIPFS_READAHEAD_MB` (default 64, `0`
 //! turns readahead off) and all windows together at most [`BUDGET`] of
@@ -60,14 +60,18 @@ fn window_cap() -> usize {
     })
 }
 
-/// Bumped by every write through the library: chunks fetched before a
-/// write are not used after it.
-static WRITES: AtomicU64 = AtomicU64::new(0);
+/// Write counters, one per slot that files hash to: a write through the
+/// library bumps its file's, and chunks fetched before it are not used
+/// after it. Files that share a slot only drop each other's readahead.
+static WRITES: [AtomicU64; WRITE_SLOTS] = [const { AtomicU64::new(0) }; WRITE_SLOTS];
+const WRITE_SLOTS: usize = 4096;
 
-/// Says that a write went through the library: every chunk fetched ahead
-/// so far is dropped.
-pub(crate) fn note_write() {
-    WRITES.fetch_add(1, Ordering::SeqCst);
+/// The write counter of the file `fs` says it is (`UserspaceFs::identify`).
+fn write_slot(fs: &dyn UserspaceFs) -> &'static AtomicU64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    fs.identify().hash(&mut h);
+    &WRITES[(h.finish() % WRITE_SLOTS as u64) as usize]
 }
 
 /// A pinned slab of the readahead pool, on one device.
@@ -142,7 +146,8 @@ pub(crate) struct Piece {
     off: u64,
     len: usize,
     asked: Instant,
-    writes: u64,
+    /// The file's write counter, and its value when the piece was asked for.
+    writes: (&'static AtomicU64, u64),
     state: Mutex<PieceState>,
     done: Condvar,
 }
@@ -189,7 +194,8 @@ impl Piece {
             return None;
         };
         drop(st);
-        let fresh = self.asked.elapsed() <= MAX_AGE && WRITES.load(Ordering::SeqCst) == self.writes;
+        let (counter, then) = self.writes;
+        let fresh = self.asked.elapsed() <= MAX_AGE && counter.load(Ordering::SeqCst) == then;
         match got {
             Ok(got) if fresh && got <= self.len => Some(Fetched { slab, got }),
             _ => {
@@ -250,9 +256,10 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, mut slab: AheadSlab) {
 }
 
 /// The readahead of one registered file.
-#[derive(Default)]
 pub struct Readahead {
     win: Mutex<Window>,
+    /// The file's write counter.
+    writes: &'static AtomicU64,
 }
 
 #[derive(Default)]
@@ -282,6 +289,20 @@ impl Begun {
 }
 
 impl Readahead {
+    /// The readahead of the file `fs` serves.
+    pub(crate) fn new(fs: &dyn UserspaceFs) -> Readahead {
+        Readahead {
+            win: Mutex::default(),
+            writes: write_slot(fs),
+        }
+    }
+
+    /// Says that a write to this file went through the library: what was
+    /// fetched of it so far is not used.
+    pub(crate) fn note_write(&self) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// A read of `size` bytes at `off` begins: takes what was fetched for
     /// it (everything else in the window is dropped).
     pub(crate) fn begin(&self, off: u64, size: usize) -> Begun {
@@ -317,7 +338,7 @@ impl Readahead {
             return;
         }
         let chunks = Chunks::new(next, size, chunk);
-        let writes = WRITES.load(Ordering::SeqCst);
+        let writes = (self.writes, self.writes.load(Ordering::SeqCst));
         let mut bytes = 0usize;
         for i in 0..chunks.count() {
             let (off, len, _) = chunks.get(i);
@@ -406,9 +427,33 @@ fn run_jobs() {
 mod tests {
     use super::*;
 
+    struct Named(&'static str);
+    impl UserspaceFs for Named {
+        fn fs_type(&self) -> String {
+            "test".into()
+        }
+        fn identify(&self) -> String {
+            self.0.into()
+        }
+        fn read(&self, _: UserspaceBuf, _: u64) -> Result<usize> {
+            Ok(0)
+        }
+        fn write(&self, _: UserspaceBuf, _: u64) -> Result<usize> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn handles_of_one_file_share_its_write_counter() {
+        let (a, b) = (Readahead::new(&Named("x/1")), Readahead::new(&Named("x/1")));
+        let before = b.writes.load(Ordering::SeqCst);
+        a.note_write();
+        assert_eq!(b.writes.load(Ordering::SeqCst), before + 1);
+    }
+
     #[test]
     fn a_run_starts_at_zero_or_where_the_last_read_ended() {
-        let ra = Readahead::default();
+        let ra = Readahead::new(&Named("y"));
         assert!(ra.begin(0, 100).sequential);
         assert!(ra.begin(100, 50).sequential);
         assert!(!ra.begin(500, 50).sequential);

@@ -134,7 +134,13 @@ fn pipeline(
     let device = info.device.max(0);
     // Chunks sit at multiples of their size in the file, so all but the
     // first and last are aligned for O_DIRECT.
-    let chunk = chunk_len(req.size, &plan);
+    // A read in a sequential run moves whole slabs: readahead overlaps one
+    // request's end with the next one's start, which is what smaller
+    // chunks were for, and larger pieces carry more per round trip.
+    let chunk = match ahead {
+        Some(a) if a.begun.sequential && !split_ahead() => plan.slab,
+        _ => chunk_len(req.size, &plan),
+    };
     let chunks = Chunks::new(req.file_offset, req.size, chunk);
     let n = chunks.count();
     let bounds = |i: usize| chunks.get(i);
@@ -180,6 +186,13 @@ fn pipeline(
         return Err(e);
     }
     contiguous_prefix(&chunks, results)
+}
+
+/// `HIPFS_READAHEAD_SPLIT=1`: reads in a sequential run are cut as
+/// [`chunk_len`] cuts others (for measuring; read once).
+fn split_ahead() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("HIPFS_READAHEAD_SPLIT").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Bytes per chunk of a `size`-byte request: the slab, unless the request
