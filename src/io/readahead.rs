@@ -91,39 +91,62 @@ static PINNED: AtomicUsize = AtomicUsize::new(0);
 /// Slabs not in use.
 static FREE: Mutex<Vec<AheadSlab>> = Mutex::new(Vec::new());
 
-/// A free slab of at least `len` bytes on `device`, or a new one of
-/// `slab` bytes within the budget. The caller has `device` bound.
-fn take_slab(
-    rt: &'static dyn GpuRuntime,
-    device: i32,
-    len: usize,
-    slab: usize,
-) -> Option<AheadSlab> {
+/// A slab for one fetch: a free one, or pinned bytes reserved within the
+/// budget for the fetching thread to make one of (making pinned memory
+/// takes milliseconds, which no request should wait for).
+enum SlabFor {
+    Free(AheadSlab),
+    Reserved(SlabSource),
+}
+
+/// A free slab of at least `len` bytes on `source.device`, else a
+/// reservation of `source.slab` bytes; `None` over the budget.
+fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
     {
         let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = free
             .iter()
-            .position(|s| s.device == device && s.slot.len() >= len)
+            .position(|s| s.device == source.device && s.slot.len() >= len)
         {
-            return Some(free.swap_remove(i));
+            return Some(SlabFor::Free(free.swap_remove(i)));
         }
     }
-    let slab = slab.max(len);
-    let claimed = PINNED.fetch_add(slab, Ordering::Relaxed);
-    if claimed + slab > BUDGET {
-        PINNED.fetch_sub(slab, Ordering::Relaxed);
+    let bytes = source.slab.max(len);
+    let claimed = PINNED.fetch_add(bytes, Ordering::Relaxed);
+    if claimed + bytes > BUDGET {
+        PINNED.fetch_sub(bytes, Ordering::Relaxed);
         return None;
     }
-    let made = PinnedHost::alloc(rt, slab).and_then(|buf| {
-        let event = Event::new(rt, device)?;
-        Ok(StagingSlot::new(buf, event))
-    });
-    match made {
-        Ok(slot) => Some(AheadSlab { slot, device }),
-        Err(e) => {
-            PINNED.fetch_sub(slab, Ordering::Relaxed);
-            log::debug!("no pinned slab for readahead: {e}");
-            None
+    Some(SlabFor::Reserved(SlabSource {
+        slab: bytes,
+        ..source
+    }))
+}
+
+impl SlabFor {
+    /// The slab, made now if it was reserved (binding its device on this
+    /// thread); a failure gives the reservation back.
+    fn get(self) -> Result<AheadSlab> {
+        let s = match self {
+            SlabFor::Free(s) => return Ok(s),
+            SlabFor::Reserved(s) => s,
+        };
+        let made = s.rt.bind(s.device).and_then(|_bound| {
+            let buf = PinnedHost::alloc(s.rt, s.slab)?;
+            let event = Event::new(s.rt, s.device)?;
+            Ok(StagingSlot::new(buf, event))
+        });
+        match made {
+            // Counted in PINNED since the reservation; AheadSlab's drop
+            // takes it off.
+            Ok(slot) => Ok(AheadSlab {
+                slot,
+                device: s.device,
+            }),
+            Err(e) => {
+                PINNED.fetch_sub(s.slab, Ordering::Relaxed);
+                Err(e)
+            }
         }
     }
 }
@@ -134,7 +157,8 @@ fn give_slab(s: AheadSlab) {
 }
 
 /// Where new readahead slabs come from: pinned memory of `rt` for copies
-/// to `device` (which the caller has bound), `slab` bytes each.
+/// to `device`, `slab` bytes each.
+#[derive(Clone, Copy)]
 pub(crate) struct SlabSource {
     pub rt: &'static dyn GpuRuntime,
     pub device: i32,
@@ -155,6 +179,8 @@ pub(crate) struct Piece {
 enum PieceState {
     Fetching,
     Fetched(AheadSlab, Result<usize>),
+    /// No slab could be had, or the fetch never ran to its end.
+    Failed,
     Taken,
 }
 
@@ -212,6 +238,11 @@ impl Piece {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = PieceState::Fetched(slab, got);
         self.done.notify_all();
     }
+
+    fn fail(&self) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = PieceState::Failed;
+        self.done.notify_all();
+    }
 }
 
 impl Drop for Piece {
@@ -230,29 +261,36 @@ impl Drop for Piece {
     }
 }
 
-/// Reads `piece` into `slab` with `fs` and hands the result to the piece.
-fn fetch(fs: &dyn UserspaceFs, piece: &Piece, mut slab: AheadSlab) {
-    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let dst = slab.slot.host(piece.len)?;
-        let n = fs.read(UserspaceBuf::from_slice(dst), piece.off)?;
-        if n > piece.len {
-            return Err(Error::new(
-                OpError::InternalError,
-                format!(
-                    "userspace filesystem reported {n} bytes for a {}-byte read",
-                    piece.len
-                ),
-            ));
-        }
-        Ok(n)
-    }))
-    .unwrap_or_else(|_| {
-        Err(Error::new(
-            OpError::InternalError,
-            "a readahead read panicked",
-        ))
-    });
-    piece.finish(slab, got);
+/// Reads `piece` with `fs` into the slab `slab` gives, and hands the
+/// result to the piece (whatever happens: a reader may be waiting for it).
+fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor) {
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut slab = match slab.get() {
+            Ok(s) => s,
+            Err(e) => {
+                log::debug!("no pinned slab for readahead: {e}");
+                return false;
+            }
+        };
+        let got = slab.slot.host(piece.len).and_then(|dst| {
+            let n = fs.read(UserspaceBuf::from_slice(dst), piece.off)?;
+            if n > piece.len {
+                return Err(Error::new(
+                    OpError::InternalError,
+                    format!(
+                        "userspace filesystem reported {n} bytes for a {}-byte read",
+                        piece.len
+                    ),
+                ));
+            }
+            Ok(n)
+        });
+        piece.finish(slab, got);
+        true
+    }));
+    if !matches!(done, Ok(true)) {
+        piece.fail();
+    }
 }
 
 /// The readahead of one registered file.
@@ -327,9 +365,8 @@ impl Readahead {
         size: usize,
         chunk: usize,
     ) {
-        let SlabSource { rt, device, slab } = slabs;
         let cap = window_cap();
-        if cap == 0 || size == 0 || chunk > slab {
+        if cap == 0 || size == 0 || chunk > slabs.slab {
             return;
         }
         let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
@@ -345,7 +382,7 @@ impl Readahead {
             if bytes + len > cap {
                 break;
             }
-            let Some(s) = take_slab(rt, device, len, slab) else {
+            let Some(s) = slab_for(slabs, len) else {
                 break;
             };
             bytes += len;

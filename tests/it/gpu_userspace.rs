@@ -288,3 +288,98 @@ fn bytes_fetched_ahead_are_not_used_after_a_write_or_once_too_old() {
         after.readahead_dropped - before.readahead_dropped
     );
 }
+
+/// A userspace filesystem of one generated file that lets the library read
+/// ahead, and whose reads from the library's readahead threads fail (with
+/// an error or a panic) when asked to.
+struct FlakyAheadFs {
+    data: Vec<u8>,
+    /// 0: every read works; 1: readahead reads fail; 2: they panic.
+    ahead_mode: std::sync::atomic::AtomicU8,
+    ahead_calls: std::sync::atomic::AtomicUsize,
+}
+
+impl hipfs::userspace::UserspaceFs for FlakyAheadFs {
+    fn fs_type(&self) -> String {
+        "flaky-ahead".into()
+    }
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+    fn parallelism(&self) -> usize {
+        4
+    }
+    fn read(&self, buf: hipfs::userspace::UserspaceBuf, offset: u64) -> hipfs::Result<usize> {
+        use std::sync::atomic::Ordering;
+        if std::thread::current().name() == Some("hipfs-ahead") {
+            self.ahead_calls.fetch_add(1, Ordering::SeqCst);
+            match self.ahead_mode.load(Ordering::SeqCst) {
+                1 => {
+                    return Err(hipfs::Error::new(
+                        hipfs::OpError::DriverError,
+                        "readahead refused",
+                    ))
+                }
+                2 => panic!("readahead read panics"),
+                _ => {}
+            }
+        }
+        let hipfs::userspace::UserspaceMem::Host { ptr, len } = *buf.mem() else {
+            panic!("host memory expected");
+        };
+        let off = (offset as usize).min(self.data.len());
+        let n = len.min(self.data.len() - off);
+        // SAFETY: the library lends this host range for the call.
+        unsafe { std::ptr::copy_nonoverlapping(self.data[off..].as_ptr(), ptr, n) };
+        Ok(n)
+    }
+    fn write(&self, _: hipfs::userspace::UserspaceBuf, _: u64) -> hipfs::Result<usize> {
+        Err(hipfs::Error::new(
+            hipfs::OpError::PermissionDenied,
+            "read-only",
+        ))
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
+fn readahead_that_fails_or_panics_costs_the_reader_only_a_read_of_its_own() {
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::Ordering;
+    let rt = gpu();
+    let _d = Driver::open().unwrap();
+    let step = 8 << 20;
+    let fs = std::sync::Arc::new(FlakyAheadFs {
+        data: pattern(37, 4 * step + 99),
+        ahead_mode: Default::default(),
+        ahead_calls: Default::default(),
+    });
+    let key = tempfile::tempfile().unwrap();
+    let id = hipfs::handle::handle_register(
+        key.as_raw_fd(),
+        hipfs::FileHandleType::UserspaceFs,
+        Some(fs.clone()),
+    )
+    .unwrap();
+    let file = hipfs::handle::lookup(id).unwrap();
+    let dev = Dev::new(rt, step);
+    for mode in [1u8, 2, 0] {
+        fs.ahead_mode.store(mode, Ordering::SeqCst);
+        let calls = fs.ahead_calls.load(Ordering::SeqCst);
+        for off in (0..fs.data.len()).step_by(step) {
+            // SAFETY: the test's own live device allocation of `step` bytes.
+            let n = unsafe { hipfs::handle::read(&file, dev.ptr, step, off as i64, 0) }.unwrap();
+            let want = &fs.data[off..(off + step).min(fs.data.len())];
+            assert_eq!(n, want.len(), "mode {mode}: read at {off}");
+            assert!(dev.fetch_at(0, n) == want, "mode {mode}: bytes at {off}");
+        }
+        assert!(
+            fs.ahead_calls.load(Ordering::SeqCst) > calls,
+            "mode {mode}: the library read ahead"
+        );
+    }
+    hipfs::handle::handle_deregister(id);
+}
