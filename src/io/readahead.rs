@@ -60,6 +60,11 @@ fn window_cap() -> usize {
     })
 }
 
+/// Whether readahead is on (`HIPFS_READAHEAD_MB` is not 0).
+pub(crate) fn enabled() -> bool {
+    window_cap() > 0
+}
+
 /// Write counters, one per slot that files hash to: a write through the
 /// library bumps its file's, and chunks fetched before it are not used
 /// after it. Files that share a slot only drop each other's readahead.

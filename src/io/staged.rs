@@ -16,7 +16,7 @@
 use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
-use super::readahead::{Begun, SlabSource};
+use super::readahead::{self, Begun, SlabSource};
 use super::UserspaceFile;
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
@@ -42,9 +42,8 @@ pub(crate) fn transfer(pf: &PosixFile, req: &Request, config: &Config) -> Result
 /// A userspace filesystem with device memory and no RDMA registration:
 /// the same pinned pipeline, the filesystem filling (or draining) each
 /// slab while the copy engine moves the slabs before it. One worker per
-/// request the filesystem can serve at once.
-/// Reads keep the network busy across requests with `file`'s readahead
-/// (see `readahead`).
+/// request the filesystem can serve at once. Reads keep the network busy
+/// across requests with `file`'s readahead (see `readahead`).
 pub(crate) fn userspace_transfer(
     file: &UserspaceFile,
     req: &Request,
@@ -56,7 +55,8 @@ pub(crate) fn userspace_transfer(
     // Same slabs as the file path (the pool keeps one shape); the pinned
     // budget still caps the lanes.
     plan.workers = fs.parallelism().clamp(1, 64);
-    let ahead = (req.dir == Dir::Read && fs.reads_ahead()).then(|| Ahead {
+    let reads_ahead = req.dir == Dir::Read && fs.reads_ahead() && readahead::enabled();
+    let ahead = reads_ahead.then(|| Ahead {
         file,
         begun: file.ahead.begin(req.file_offset, req.size),
         launched: AtomicBool::new(false),
