@@ -21,6 +21,8 @@ cargo build --release -p hipfs-cli --bin hipfs
 tests=()
 # The core's one test binary; on-device.sh runs its GPU modules (gpu_*, batch_async).
 tests+=(--test it)
+# Readahead's process-wide pinned budget, in a process of its own.
+tests+=(--test readahead_budget)
 # The test executables' paths come from cargo's JSON messages. Built with
 # HIPFS_REQUIRE_GPU=1: the GPU tests are then not ignored (this machine has
 # no GPU), and on the device a missing GPU fails them instead of passing.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The core's GPU tests (gpu_roundtrip, gpu_userspace, batch_async's device
-# tests) without a GPU: built as for a GPU machine (HIPFS_REQUIRE_GPU=1, so
+# tests, and readahead_budget in a process of its own) without a GPU: built as for a GPU machine (HIPFS_REQUIRE_GPU=1, so
 # they are not ignored) and run against the pinnable-test runtime, whose
 # device memory is anonymous shared pages and whose copies are memcpy
 # (src/gpu/dumb.rs). What this checks is the core's device paths (staging,
@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
-    cargo test -p hipfs --test it -- gpu_ batch_async
+    cargo test -p hipfs --test it --test readahead_budget -- gpu_ batch_async

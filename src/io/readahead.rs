@@ -13,7 +13,7 @@
 //! fetches only what is not there.
 //!
 //! What a fetched chunk may be used for: only the read it was fetched for
-//! (same offset, same length), at most [`MAX_AGE`] after it was asked for,
+//! (same offset, same length), at most [`MAX_AGE`] after it was fetched,
 //! and only if no write to the file went through this library in the
 //! meantime (through any handle of the process: files are told apart by
 //! `UserspaceFs::identify`). Anything else is dropped and read again.
@@ -29,12 +29,12 @@ use crate::stats;
 use crate::userspace::{UserspaceBuf, UserspaceFs};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Pinned bytes every readahead window of the process may hold together.
 const BUDGET: usize = 256 << 20;
-/// How long after it was asked for a fetched chunk may still be used: a
+/// How long after its fetch ended a fetched chunk may still be used: a
 /// reader that pauses gets what the file holds then, not bytes fetched
 /// before the pause.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
@@ -120,7 +120,14 @@ fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
     let claimed = PINNED.fetch_add(bytes, Ordering::Relaxed);
     if claimed + bytes > BUDGET {
         PINNED.fetch_sub(bytes, Ordering::Relaxed);
-        return None;
+        // The budget may be held by windows nobody will read any more
+        // (a handle that stopped reading): take their slabs back.
+        reclaim_stale();
+        let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
+        return free
+            .iter()
+            .position(|s| s.device == source.device && s.slot.len() >= len)
+            .map(|i| SlabFor::Free(free.swap_remove(i)));
     }
     Some(SlabFor::Reserved(SlabSource {
         slab: bytes,
@@ -156,6 +163,32 @@ impl SlabFor {
     }
 }
 
+/// Every readahead window of the process, for [`reclaim_stale`].
+static WINDOWS: Mutex<Vec<Weak<Mutex<Window>>>> = Mutex::new(Vec::new());
+
+/// Drops, from every window not in use right now, the chunks too old to
+/// be used ([`MAX_AGE`]): their slabs go back to the pool (once fetched).
+fn reclaim_stale() {
+    let mut stale = Vec::new();
+    {
+        let mut all = WINDOWS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        for w in all.iter().filter_map(Weak::upgrade) {
+            // A window locked now is being read or filled: not stale.
+            let Ok(mut w) = w.try_lock() else { continue };
+            let old: Vec<u64> = w
+                .pieces
+                .iter()
+                .filter(|(_, p)| p.asked.elapsed() > MAX_AGE)
+                .map(|(off, _)| *off)
+                .collect();
+            stale.extend(old.into_iter().filter_map(|off| w.pieces.remove(&off)));
+        }
+    }
+    // Dropped here, with no lock held: a fetched piece gives its slab back.
+    drop(stale);
+}
+
 /// Gives a slab no copy uses back to the pool.
 fn give_slab(s: AheadSlab) {
     FREE.lock().unwrap_or_else(|p| p.into_inner()).push(s);
@@ -183,7 +216,8 @@ pub(crate) struct Piece {
 
 enum PieceState {
     Fetching,
-    Fetched(AheadSlab, Result<usize>),
+    /// The slab, what the read gave, and when it ended.
+    Fetched(AheadSlab, Result<usize>, Instant),
     /// No slab could be had, or the fetch never ran to its end.
     Failed,
     Taken,
@@ -221,12 +255,13 @@ impl Piece {
         while matches!(*st, PieceState::Fetching) {
             st = self.done.wait(st).unwrap_or_else(|p| p.into_inner());
         }
-        let PieceState::Fetched(slab, got) = std::mem::replace(&mut *st, PieceState::Taken) else {
+        let PieceState::Fetched(slab, got, at) = std::mem::replace(&mut *st, PieceState::Taken)
+        else {
             return None;
         };
         drop(st);
         let (counter, then) = self.writes;
-        let fresh = self.asked.elapsed() <= MAX_AGE && counter.load(Ordering::SeqCst) == then;
+        let fresh = at.elapsed() <= MAX_AGE && counter.load(Ordering::SeqCst) == then;
         match got {
             Ok(got) if fresh && got <= self.len => Some(Fetched { slab, got }),
             _ => {
@@ -240,7 +275,8 @@ impl Piece {
     }
 
     fn finish(&self, slab: AheadSlab, got: Result<usize>) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = PieceState::Fetched(slab, got);
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) =
+            PieceState::Fetched(slab, got, Instant::now());
         self.done.notify_all();
     }
 
@@ -257,7 +293,7 @@ impl Drop for Piece {
             self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
             PieceState::Taken,
         );
-        if let PieceState::Fetched(slab, got) = st {
+        if let PieceState::Fetched(slab, got, _) = st {
             if let Ok(n) = got {
                 stats::record_readahead(0, n);
             }
@@ -290,6 +326,12 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor) {
             }
             Ok(n)
         });
+        if matches!(got, Ok(0)) {
+            // End of file: nothing to hold a slab for; the reader asks
+            // itself (and learns the same).
+            give_slab(slab);
+            return false;
+        }
         piece.finish(slab, got);
         true
     }));
@@ -300,7 +342,7 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor) {
 
 /// The readahead of one registered file.
 pub struct Readahead {
-    win: Mutex<Window>,
+    win: Arc<Mutex<Window>>,
     /// The file's write counter.
     writes: &'static AtomicU64,
 }
@@ -334,8 +376,13 @@ impl Begun {
 impl Readahead {
     /// The readahead of the file `fs` serves.
     pub(crate) fn new(fs: &dyn UserspaceFs) -> Readahead {
+        let win = Arc::new(Mutex::default());
+        let mut all = WINDOWS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&win));
+        drop(all);
         Readahead {
-            win: Mutex::default(),
+            win,
             writes: write_slot(fs),
         }
     }
