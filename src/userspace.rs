@@ -2,7 +2,7 @@
 //! handles can dispatch to it: the hipfs remote client is one implementation,
 //! the C ABI's `hipFileFSOps_t` callbacks are another.
 
-use crate::error::Result;
+use crate::error::{Error, OpError, Result};
 
 /// Where a read's bytes go (or a write's come from): lent memory for one
 /// filesystem call. Made only by the library (or by `unsafe`
@@ -127,6 +127,20 @@ pub trait UserspaceFs: Send + Sync {
     fn parallelism(&self) -> usize {
         4
     }
+}
+
+/// Reads up to `dst.len()` bytes at `offset` of `fs` into `dst`; a
+/// filesystem that reports more than it was given is an `InternalError`.
+pub(crate) fn read_into(fs: &dyn UserspaceFs, dst: &mut [u8], offset: u64) -> Result<usize> {
+    let len = dst.len();
+    let n = fs.read(UserspaceBuf::from_slice(dst), offset)?;
+    if n > len {
+        return Err(Error::new(
+            OpError::InternalError,
+            format!("userspace filesystem reported {n} bytes for a {len}-byte read"),
+        ));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]

@@ -470,7 +470,7 @@ impl MountHandle {
             });
         }
         let unmounted = if self.ours_on_top() {
-            unmount_path_how(&self.mountpoint)
+            unmount_path(&self.mountpoint)
         } else {
             Err(io::Error::other(
                 "another mount now covers the mount point; not unmounting by path",
@@ -483,25 +483,15 @@ impl MountHandle {
             );
             self.abort_connection();
         }
-        // After a plain unmount the kernel has already ended the connection, and after "not
-        // mounted" it is not ours to judge: either way its number may by now name another
-        // mount's connection, which an abort by number would kill. Only a connection known to
-        // live on (detached lazily, or not unmounted) is aborted.
-        let alive = !matches!(unmounted, Ok(Unmounted::Plain | Unmounted::NotMounted));
         if !wait_finished(&session, TEARDOWN_GRACE) {
             warn!(
-                "FUSE session on {} still busy after {:?}{}",
+                "FUSE session on {} still busy after {:?}; aborting the connection",
                 self.mountpoint.display(),
-                TEARDOWN_GRACE,
-                if alive {
-                    "; aborting the connection"
-                } else {
-                    "; waiting for its handlers"
-                }
+                TEARDOWN_GRACE
             );
-            if alive {
-                self.abort_connection();
-            }
+            // Through the switch opened at mount: a no-op if the connection already ended,
+            // never another mount's.
+            self.abort_connection();
             if !wait_finished(&session, TEARDOWN_GRACE) {
                 // Dropping the handle detaches the threads: better a leaked thread than a hang.
                 return Err(FuseError::Session {
@@ -587,32 +577,14 @@ fn wait_finished(session: &BackgroundSession, grace: Duration) -> bool {
 /// the name is freed at once), through fusermount3 when not privileged. Not being mounted
 /// (any more) is success.
 pub fn unmount_path(path: &Path) -> io::Result<()> {
-    unmount_path_how(path).map(|_| ())
-}
-
-/// How [`unmount_path_how`] took a mount away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unmounted {
-    /// Unmounted at once: the kernel ended the FUSE connection itself.
-    Plain,
-    /// Nothing was mounted there (any more).
-    NotMounted,
-    /// Detached lazily: the connection lives on while files are open.
-    Detached,
-}
-
-/// [`unmount_path`], saying how.
-fn unmount_path_how(path: &Path) -> io::Result<Unmounted> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mountpoint contains NUL"))?;
     let Err(err) = hipfs_sys::fs::umount2(&c, 0) else {
-        return Ok(Unmounted::Plain);
+        return Ok(());
     };
     match err.raw_os_error() {
-        Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(Unmounted::NotMounted),
-        Some(libc::EBUSY) => {
-            hipfs_sys::fs::umount2(&c, libc::MNT_DETACH).map(|_| Unmounted::Detached)
-        }
+        Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
+        Some(libc::EBUSY) => hipfs_sys::fs::umount2(&c, libc::MNT_DETACH),
         Some(libc::EPERM) => {
             let status = Command::new("fusermount3")
                 .arg("-u")
@@ -620,7 +592,7 @@ fn unmount_path_how(path: &Path) -> io::Result<Unmounted> {
                 .arg(path)
                 .status()?;
             if status.success() {
-                Ok(Unmounted::Detached)
+                Ok(())
             } else {
                 Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,

@@ -176,16 +176,14 @@ pub(crate) fn transfer(
             }
             MemoryKind::Device => staged::transfer(pf, &req, config),
         },
-        FileBackend::Userspace(file) if req.dir == Dir::Write => {
-            // Bytes fetched ahead before this write (or while it runs) are
-            // not used after it.
-            file.ahead.note_write();
-            let r = userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config);
-            file.ahead.note_write();
-            r
-        }
         FileBackend::Userspace(file) => {
-            userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config)
+            let r = userspace_transfer(file, &req, target.rdma_desc.as_deref(), kind, config);
+            if req.dir == Dir::Write {
+                // Bytes fetched ahead before this write ended (before it
+                // or while it ran) are not used after it.
+                file.ahead.note_write();
+            }
+            r
         }
     }
 }

@@ -22,11 +22,11 @@
 //! turns readahead off) and all windows together at most [`BUDGET`] of
 //! pinned memory; slabs are reused across windows and kept once pinned.
 
-use crate::error::{Error, OpError, Result};
+use crate::error::Result;
 use crate::gpu::{Event, GpuRuntime, PinnedHost, StagingSlot};
 use crate::lent::Chunks;
 use crate::stats;
-use crate::userspace::{UserspaceBuf, UserspaceFs};
+use crate::userspace::{read_into, UserspaceFs};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
@@ -107,14 +107,8 @@ enum SlabFor {
 /// A free slab of at least `len` bytes on `source.device`, else a
 /// reservation of `source.slab` bytes; `None` over the budget.
 fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
-    {
-        let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = free
-            .iter()
-            .position(|s| s.device == source.device && s.slot.len() >= len)
-        {
-            return Some(SlabFor::Free(free.swap_remove(i)));
-        }
+    if let Some(s) = free_slab(source.device, len) {
+        return Some(SlabFor::Free(s));
     }
     let bytes = source.slab.max(len);
     let claimed = PINNED.fetch_add(bytes, Ordering::Relaxed);
@@ -123,11 +117,7 @@ fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
         // The budget may be held by windows nobody will read any more
         // (a handle that stopped reading): take their slabs back.
         reclaim_stale();
-        let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
-        return free
-            .iter()
-            .position(|s| s.device == source.device && s.slot.len() >= len)
-            .map(|i| SlabFor::Free(free.swap_remove(i)));
+        return free_slab(source.device, len).map(SlabFor::Free);
     }
     Some(SlabFor::Reserved(SlabSource {
         slab: bytes,
@@ -187,6 +177,24 @@ fn reclaim_stale() {
     }
     // Dropped here, with no lock held: a fetched piece gives its slab back.
     drop(stale);
+}
+
+/// A free slab of at least `len` bytes on `device`, taken from the pool.
+fn free_slab(device: i32, len: usize) -> Option<AheadSlab> {
+    let mut free = FREE.lock().unwrap_or_else(|p| p.into_inner());
+    let i = free
+        .iter()
+        .position(|s| s.device == device && s.slot.len() >= len)?;
+    Some(free.swap_remove(i))
+}
+
+/// A fetched slab nobody will copy from: counted as dropped, back to the
+/// pool.
+fn discard(slab: AheadSlab, got: &Result<usize>) {
+    if let Ok(n) = got {
+        stats::record_readahead(0, *n);
+    }
+    give_slab(slab);
 }
 
 /// Gives a slab no copy uses back to the pool.
@@ -263,12 +271,9 @@ impl Piece {
         let (counter, then) = self.writes;
         let fresh = at.elapsed() <= MAX_AGE && counter.load(Ordering::SeqCst) == then;
         match got {
-            Ok(got) if fresh && got <= self.len => Some(Fetched { slab, got }),
-            _ => {
-                if let Ok(n) = got {
-                    stats::record_readahead(0, n);
-                }
-                give_slab(slab);
+            Ok(got) if fresh => Some(Fetched { slab, got }),
+            got => {
+                discard(slab, &got);
                 None
             }
         }
@@ -294,10 +299,7 @@ impl Drop for Piece {
             PieceState::Taken,
         );
         if let PieceState::Fetched(slab, got, _) = st {
-            if let Ok(n) = got {
-                stats::record_readahead(0, n);
-            }
-            give_slab(slab);
+            discard(slab, &got);
         }
     }
 }
@@ -313,19 +315,7 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor) {
                 return false;
             }
         };
-        let got = slab.slot.host(piece.len).and_then(|dst| {
-            let n = fs.read(UserspaceBuf::from_slice(dst), piece.off)?;
-            if n > piece.len {
-                return Err(Error::new(
-                    OpError::InternalError,
-                    format!(
-                        "userspace filesystem reported {n} bytes for a {}-byte read",
-                        piece.len
-                    ),
-                ));
-            }
-            Ok(n)
-        });
+        let got = (slab.slot.host(piece.len)).and_then(|dst| read_into(fs, dst, piece.off));
         if matches!(got, Ok(0)) {
             // End of file: nothing to hold a slab for; the reader asks
             // itself (and learns the same).
@@ -418,9 +408,6 @@ impl Readahead {
         chunk: usize,
     ) {
         let cap = window_cap();
-        if cap == 0 || size == 0 || chunk > slabs.slab {
-            return;
-        }
         let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
         if w.last_end != Some(next) || !w.pieces.is_empty() {
             // Another read of this file came in between.
@@ -457,19 +444,21 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The fetching threads: made as jobs come, up to [`MAX_THREADS`], and
 /// kept.
-#[derive(Default)]
 struct Runner {
     queue: VecDeque<Job>,
     threads: usize,
     idle: usize,
 }
 
-static RUNNER: Mutex<Option<Runner>> = Mutex::new(None);
+static RUNNER: Mutex<Runner> = Mutex::new(Runner {
+    queue: VecDeque::new(),
+    threads: 0,
+    idle: 0,
+});
 static WORK: Condvar = Condvar::new();
 
 fn submit(job: Job) {
-    let mut g = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
-    let r = g.get_or_insert_with(Runner::default);
+    let mut r = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
     r.queue.push_back(job);
     if r.idle < r.queue.len() && r.threads < MAX_THREADS {
         let spawned = std::thread::Builder::new()
@@ -482,7 +471,7 @@ fn submit(job: Job) {
                 // no reader waits for a fetch that never comes).
                 log::debug!("cannot start a readahead thread ({e}); fetching inline");
                 let job = r.queue.pop_back();
-                drop(g);
+                drop(r);
                 if let Some(job) = job {
                     job();
                 }
@@ -497,15 +486,14 @@ fn submit(job: Job) {
 fn run_jobs() {
     loop {
         let job = {
-            let mut g = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
             loop {
-                let r = g.get_or_insert_with(Runner::default);
                 if let Some(j) = r.queue.pop_front() {
                     break j;
                 }
                 r.idle += 1;
-                g = WORK.wait(g).unwrap_or_else(|p| p.into_inner());
-                g.get_or_insert_with(Runner::default).idle -= 1;
+                r = WORK.wait(r).unwrap_or_else(|p| p.into_inner());
+                r.idle -= 1;
             }
         };
         job();
@@ -515,6 +503,7 @@ fn run_jobs() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::userspace::UserspaceBuf;
 
     struct Named(&'static str);
     impl UserspaceFs for Named {

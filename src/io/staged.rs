@@ -13,7 +13,7 @@
 //! written to the file. Where the runtime has a peer-to-peer file path
 //! (AMD's `hipAmdFileRead`), aligned requests try that first.
 
-use super::bounce_pool::{self, Lane, Plan, Profile};
+use super::bounce_pool::{self, Lane, Plan, Profile, Slot};
 use super::host_path::{read_range, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::readahead::{self, Begun, SlabSource};
@@ -21,10 +21,10 @@ use super::UserspaceFile;
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, GpuRuntime};
+use crate::gpu::{self, GpuRuntime, Stream};
 use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
-use crate::userspace::{UserspaceBuf, UserspaceFs, UserspaceMem};
+use crate::userspace::{read_into, UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -81,20 +81,9 @@ enum Source<'a> {
 impl Source<'_> {
     /// Fills `dst` from offset `off`.
     fn fill(&self, dst: &mut [u8], off: u64) -> Result<usize> {
-        let len = dst.len();
         match self {
             Source::File(pf) => read_range(pf, dst, off),
-            Source::Userspace(fs) => {
-                let buf = UserspaceBuf::from_slice(dst);
-                let n = fs.read(buf, off)?;
-                if n > len {
-                    return Err(Error::new(
-                        OpError::InternalError,
-                        format!("userspace filesystem reported {n} bytes for a {len}-byte read"),
-                    ));
-                }
-                Ok(n)
-            }
+            Source::Userspace(fs) => read_into(*fs, dst, off),
         }
     }
 
@@ -299,15 +288,8 @@ impl Job<'_> {
                 prof.file_ns += ns(t);
                 prof.ahead += 1;
                 let got = f.got;
-                if got > 0 {
-                    let t = Instant::now();
-                    let dst = self.device_range(m, got)?;
-                    f.slot().copy_to_device(dst, &lane.stream)?;
-                    prof.enqueue_ns += ns(t);
-                    stats::record_read(self.src.path(), got);
-                }
+                self.deliver(f.slot(), &lane.stream, m, got, &mut prof)?;
                 used.push(f);
-                prof.chunks += 1;
                 self.put(i, Ok(got), len);
                 continue;
             }
@@ -322,14 +304,7 @@ impl Job<'_> {
             let r = slot.host(len).and_then(|dst| self.src.fill(dst, off));
             prof.file_ns += ns(t);
             if let Ok(got) = r {
-                if got > 0 {
-                    let t = Instant::now();
-                    let dst = self.device_range(m, got)?;
-                    slot.copy_to_device(dst, &lane.stream)?;
-                    prof.enqueue_ns += ns(t);
-                    stats::record_read(self.src.path(), got);
-                }
-                prof.chunks += 1;
+                self.deliver(slot, &lane.stream, m, got, &mut prof)?;
             }
             self.put(i, r, len);
         }
@@ -341,6 +316,26 @@ impl Job<'_> {
             f.finish();
         }
         bounce_pool::add_profile(&prof);
+        Ok(())
+    }
+
+    /// Enqueues the copy of the `got` bytes `slot` holds to offset `m` of
+    /// the request's device memory on `stream`, and counts the chunk.
+    fn deliver(
+        &self,
+        slot: &mut Slot,
+        stream: &Stream,
+        m: usize,
+        got: usize,
+        prof: &mut Profile,
+    ) -> Result<()> {
+        if got > 0 {
+            let t = Instant::now();
+            slot.copy_to_device(self.device_range(m, got)?, stream)?;
+            prof.enqueue_ns += ns(t);
+            stats::record_read(self.src.path(), got);
+        }
+        prof.chunks += 1;
         Ok(())
     }
 
