@@ -496,6 +496,11 @@ pub struct BenchRemoteArgs {
     /// rounds as the plaintext rows.
     #[arg(long)]
     pub tls: bool,
+    /// Bench userspace: two more loopback ceilings, a hot buffer sent into
+    /// 64 MiB per receiver and the file's pages into a reused 4 MiB buffer,
+    /// which tell the sending and the receiving side's memory costs apart.
+    #[arg(long)]
+    pub more_ceilings: bool,
 }
 
 fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::MountBenchOptions> {
@@ -506,6 +511,7 @@ fn bench_opts(args: &BenchRemoteArgs) -> hipfs::Result<crate::bench::remote::Mou
         mount: MountOptions::parse(&args.options.join(","))?,
         server_sendfile: !args.no_sendfile,
         tls: args.tls,
+        more_ceilings: args.more_ceilings,
     })
 }
 

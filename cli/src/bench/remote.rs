@@ -41,6 +41,9 @@ pub struct MountBenchOptions {
     /// `bench userspace`: also measure UserspaceFs reads over TLS (a second
     /// server and mount, throwaway certificate), in the same rounds.
     pub tls: bool,
+    /// `bench userspace`: two more N-socket ceilings that take the hot
+    /// buffer and the file ceiling apart (which side's memory costs what).
+    pub more_ceilings: bool,
 }
 
 /// A quick checksum of every byte: four independent lanes of 8 bytes so
@@ -289,12 +292,22 @@ fn tempfile_dir_tagged(tag: &str) -> Result<PathBuf, RemoteError> {
 }
 
 /// The loopback ceiling: `size` bytes through `sockets` plain TCP sockets
-/// on 127.0.0.1 at once (each: write(2) on one thread, read(2) into a
-/// reused 4 MiB buffer on another), in GiB/s.
+/// on 127.0.0.1 at once (each: write(2) of a 4 MiB buffer on one thread,
+/// read(2) into a reused 4 MiB buffer on another), in GiB/s.
 pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteError> {
+    loopback_hot_send_ceiling(size, sockets, 4 << 20)
+}
+
+/// [`loopback_tcp_ceiling`] with each receiver reading into its own
+/// `recv_mem` bytes in turn.
+fn loopback_hot_send_ceiling(
+    size: u64,
+    sockets: usize,
+    recv_mem: usize,
+) -> Result<f64, RemoteError> {
     use std::io::Write;
     let share = size.div_ceil(sockets.max(1) as u64);
-    loopback_ceiling(size, sockets, 4 << 20, move |i, mut s| {
+    loopback_ceiling(size, sockets, recv_mem, move |i, mut s| {
         let block = vec![0x5au8; 4 << 20];
         let mut left = share.min(size.saturating_sub(i * share));
         while left > 0 {
@@ -313,10 +326,20 @@ pub fn loopback_tcp_ceiling(size: u64, sockets: usize) -> Result<f64, RemoteErro
 /// GiB/s. Unlike [`loopback_tcp_ceiling`], whose 4 MiB buffers stay in the
 /// CPU caches, this moves the bytes the direct path moves.
 pub fn loopback_file_ceiling(file: &Path, sockets: usize) -> Result<f64, RemoteError> {
+    loopback_sendfile_ceiling(file, sockets, 64 << 20)
+}
+
+/// [`loopback_file_ceiling`] with each receiver reading into its own
+/// `recv_mem` bytes in turn.
+fn loopback_sendfile_ceiling(
+    file: &Path,
+    sockets: usize,
+    recv_mem: usize,
+) -> Result<f64, RemoteError> {
     let size = std::fs::metadata(file)?.len();
     let share = size.div_ceil(sockets.max(1) as u64);
     let file = file.to_path_buf();
-    loopback_ceiling(size, sockets, 64 << 20, move |i, s| {
+    loopback_ceiling(size, sockets, recv_mem, move |i, s| {
         let f = std::fs::File::open(&file)?;
         let mut at = (i * share).min(size);
         let end = ((i + 1) * share).min(size);
@@ -572,6 +595,8 @@ pub fn bench_userspace(
     let lanes = hipfs::remote::client::userspace_lanes();
     let (mut us, mut opaque, mut ceil, mut multi, mut file_ceil) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // --more-ceilings: hot sends into cold memory, file pages into a hot buffer.
+    let (mut hot_to_cold, mut file_to_hot) = (Vec::new(), Vec::new());
     let mut fuse = Vec::new();
     let mut us_tls = Vec::new();
     let mut expect = None;
@@ -607,6 +632,14 @@ pub fn bench_userspace(
             let c = loopback_tcp_ceiling(size, 1)?;
             let m = loopback_tcp_ceiling(size, lanes)?;
             let fc = loopback_file_ceiling(&file, lanes)?;
+            let more = if opts.more_ceilings {
+                Some((
+                    loopback_hot_send_ceiling(size, lanes, 64 << 20)?,
+                    loopback_sendfile_ceiling(&file, lanes, 4 << 20)?,
+                ))
+            } else {
+                None
+            };
             if n1 != size
                 || n2 != size
                 || n4 != size
@@ -639,6 +672,10 @@ pub fn bench_userspace(
                 ceil.push(c);
                 multi.push(m);
                 file_ceil.push(fc);
+                if let Some((a, b)) = more {
+                    hot_to_cold.push(a);
+                    file_to_hot.push(b);
+                }
             }
         }
         Ok(())
@@ -690,6 +727,21 @@ pub fn bench_userspace(
             gib_per_s: fc,
             ratio: ratio(fc),
         },
+    ];
+    if !hot_to_cold.is_empty() {
+        let (a, b) = (median(hot_to_cold), median(file_to_hot));
+        rows.push(MountBenchRow {
+            path: format!("loopback TCP, {lanes} sockets, hot buffer into 64 MiB each"),
+            gib_per_s: a,
+            ratio: ratio(a),
+        });
+        rows.push(MountBenchRow {
+            path: format!("loopback TCP, {lanes} sockets, sendfile of this file into 4 MiB each"),
+            gib_per_s: b,
+            ratio: ratio(b),
+        });
+    }
+    rows.extend([
         MountBenchRow {
             path: format!(
                 "UserspaceFs handle, {} MiB requests, {lanes} lanes: {:.0}% of {lanes} sockets",
@@ -716,7 +768,7 @@ pub fn bench_userspace(
             gib_per_s: f,
             ratio: ratio(f),
         },
-    ];
+    ]);
     if !us_tls.is_empty() {
         let t = median(us_tls);
         rows.push(MountBenchRow {
