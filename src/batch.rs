@@ -51,6 +51,7 @@
 use crate::config::MAX_BATCH_IO_COUNT;
 use crate::error::{Error, OpError, Result};
 use crate::handle::RegisteredFile;
+use crate::job_pool::JobPool;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
@@ -265,67 +266,11 @@ impl Batch {
     }
 }
 
-/// The background threads that run batch operations. Dedicated rather than
-/// the request worker pool: one operation may itself split across that pool
-/// and wait for it, which would deadlock if batch operations filled it.
-struct Pool {
-    jobs: Mutex<VecDeque<(Arc<Batch>, u64)>>,
-    ready: Condvar,
-    spawned: Mutex<usize>,
-}
-
-static POOL: LazyLock<Arc<Pool>> = LazyLock::new(|| {
-    Arc::new(Pool {
-        jobs: Mutex::new(VecDeque::new()),
-        ready: Condvar::new(),
-        spawned: Mutex::new(0),
-    })
-});
-
-fn pool_worker(pool: Arc<Pool>) {
-    loop {
-        let (batch, seq) = {
-            let mut jobs = pool.jobs.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(j) = jobs.pop_front() {
-                    break j;
-                }
-                jobs = pool.ready.wait(jobs).unwrap_or_else(|p| p.into_inner());
-            }
-        };
-        batch.run(seq);
-    }
-}
-
-/// Starts the pool's threads on first use; fails only if not one can start.
-fn ensure_pool() -> Result<()> {
-    let pool = &*POOL;
-    let mut spawned = pool.spawned.lock().unwrap_or_else(|p| p.into_inner());
-    if *spawned > 0 {
-        return Ok(());
-    }
-    let want = crate::driver::current_config().io_threads().clamp(2, 16);
-    for i in 0..want {
-        let p = Arc::clone(pool);
-        match std::thread::Builder::new()
-            .name(format!("hipfs-batch-{i}"))
-            .spawn(move || pool_worker(p))
-        {
-            Ok(_) => *spawned += 1,
-            Err(e) if *spawned == 0 => {
-                return Err(Error::new(
-                    OpError::BatchSubmitFailed,
-                    format!("cannot start a batch I/O thread: {e}"),
-                ))
-            }
-            Err(e) => {
-                log::warn!("batch I/O pool runs with {} threads: {e}", *spawned);
-                break;
-            }
-        }
-    }
-    Ok(())
-}
+/// The background threads that run batch operations. A pool of their own,
+/// not the request worker pool or the readahead fetchers: one operation may
+/// split across the worker pool or wait for readahead fetches, and a shared
+/// pool full of batch operations would leave no thread for what they wait on.
+static RUNNERS: JobPool = JobPool::new(|n| format!("hipfs-batch-{n}"));
 
 static TABLE: LazyLock<Mutex<HashMap<u64, Arc<Batch>>>> = LazyLock::new(Default::default);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -440,48 +385,53 @@ fn submit(id: u64, ops: &[IoParams], flags: u32) -> Result<()> {
     if ops.is_empty() {
         return Ok(());
     }
-    ensure_pool()?;
-    let seqs = {
-        let mut st = b.lock();
-        if st.closed {
+    let max_threads = crate::driver::current_config().io_threads().clamp(2, 16);
+    let mut st = b.lock();
+    if st.closed {
+        return Err(Error::new(
+            OpError::InvalidValue,
+            format!("batch {id} is destroyed"),
+        ));
+    }
+    if st.held() + ops.len() > b.max {
+        return Err(Error::new(
+            OpError::BatchFull,
+            format!(
+                "batch {id} holds {} of {} operations (uncollected events count); {} more do not fit",
+                st.held(),
+                b.max,
+                ops.len()
+            ),
+        ));
+    }
+    // The jobs go first, under the lock: none can run before the operations
+    // are in, and if the pool cannot take them nothing is queued (a job
+    // whose operation never went in finds nothing and returns; its number
+    // is not reused).
+    let first = st.next_seq;
+    st.next_seq += ops.len() as u64;
+    for seq in first..st.next_seq {
+        let b = Arc::clone(&b);
+        if RUNNERS
+            .submit(Box::new(move || b.run(seq)), max_threads)
+            .is_err()
+        {
             return Err(Error::new(
-                OpError::InvalidValue,
-                format!("batch {id} is destroyed"),
+                OpError::BatchSubmitFailed,
+                "cannot start a batch I/O thread: the system refused a new thread",
             ));
         }
-        if st.held() + ops.len() > b.max {
-            return Err(Error::new(
-                OpError::BatchFull,
-                format!(
-                    "batch {id} holds {} of {} operations (uncollected events count); {} more do not fit",
-                    st.held(),
-                    b.max,
-                    ops.len()
-                ),
-            ));
-        }
-        let mut seqs = Vec::with_capacity(ops.len());
-        for (params, file) in ops.iter().zip(files) {
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            st.ops.insert(
-                seq,
-                Op {
-                    params: *params,
-                    file,
-                    state: OpState::Queued,
-                },
-            );
-            seqs.push(seq);
-        }
-        seqs
-    };
-    let pool = &*POOL;
-    pool.jobs
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .extend(seqs.into_iter().map(|s| (Arc::clone(&b), s)));
-    pool.ready.notify_all();
+    }
+    for (seq, (params, file)) in (first..).zip(ops.iter().zip(files)) {
+        st.ops.insert(
+            seq,
+            Op {
+                params: *params,
+                file,
+                state: OpState::Queued,
+            },
+        );
+    }
     Ok(())
 }
 

@@ -23,6 +23,7 @@ pub mod error;
 pub mod gpu;
 pub mod handle;
 pub mod io;
+pub(crate) mod job_pool;
 mod lent;
 pub mod registry;
 pub mod remote;

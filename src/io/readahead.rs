@@ -24,10 +24,11 @@
 
 use crate::error::Result;
 use crate::gpu::{Event, GpuRuntime, PinnedHost, StagingSlot};
+use crate::job_pool::{Job, JobPool};
 use crate::lent::Chunks;
 use crate::stats;
 use crate::userspace::{read_into, UserspaceFs};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -440,62 +441,15 @@ impl Readahead {
     }
 }
 
-type Job = Box<dyn FnOnce() + Send>;
-
-/// The fetching threads: made as jobs come, up to [`MAX_THREADS`], and
-/// kept.
-struct Runner {
-    queue: VecDeque<Job>,
-    threads: usize,
-    idle: usize,
-}
-
-static RUNNER: Mutex<Runner> = Mutex::new(Runner {
-    queue: VecDeque::new(),
-    threads: 0,
-    idle: 0,
-});
-static WORK: Condvar = Condvar::new();
+/// The fetching threads, for all windows together. Not shared with the
+/// batch pool: a batch operation may wait on these fetches.
+static FETCHERS: JobPool = JobPool::new(|_| "hipfs-ahead".into());
 
 fn submit(job: Job) {
-    let mut r = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
-    r.queue.push_back(job);
-    if r.idle < r.queue.len() && r.threads < MAX_THREADS {
-        let spawned = std::thread::Builder::new()
-            .name("hipfs-ahead".into())
-            .spawn(run_jobs);
-        match spawned {
-            Ok(_) => r.threads += 1,
-            Err(e) if r.threads == 0 => {
-                // No thread to run it: run it here (a job always ends, so
-                // no reader waits for a fetch that never comes).
-                log::debug!("cannot start a readahead thread ({e}); fetching inline");
-                let job = r.queue.pop_back();
-                drop(r);
-                if let Some(job) = job {
-                    job();
-                }
-                return;
-            }
-            Err(e) => log::debug!("cannot start another readahead thread: {e}"),
-        }
-    }
-    WORK.notify_one();
-}
-
-fn run_jobs() {
-    loop {
-        let job = {
-            let mut r = RUNNER.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(j) = r.queue.pop_front() {
-                    break j;
-                }
-                r.idle += 1;
-                r = WORK.wait(r).unwrap_or_else(|p| p.into_inner());
-                r.idle -= 1;
-            }
-        };
+    if let Err(job) = FETCHERS.submit(job, MAX_THREADS) {
+        // No thread to run it: run it here (a job always ends, so no
+        // reader waits for a fetch that never comes).
+        log::debug!("cannot start a readahead thread; fetching inline");
         job();
     }
 }

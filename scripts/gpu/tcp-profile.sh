@@ -1,0 +1,39 @@
+#!/bin/bash
+# Where UserspaceFs-into-device-memory time goes on the GPU machine: the
+# bench with all five loopback ceilings (--more-ceilings) under several
+# client settings, with vmstat sampling the CPUs throughout. Runs on the
+# GPU machine with .gpu/bin/hipfs (scripts/gpu/run-gpu-checks.sh).
+#   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
+set -u
+cd "$(dirname "$0")/../.."
+G=$PWD/.gpu/bin/hipfs
+W=/var/tmp/hipfs-profile; mkdir -p "$W"
+F=$W/us-4G.bin
+LOG=${OUT:-/tmp}
+nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | head -2
+"$G" check "$W" 2>&1 | grep -iE 'dmabuf|gpu' | head -5
+[ -f "$F" ] || "$G" bench userspace "$F" --create 4G --repeats 1 >/dev/null 2>&1 || head -c 4G /dev/urandom > "$F"
+vmstat 1 > "$LOG/vmstat.log" 2>&1 &
+vm=$!
+for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m depth4 req1g}; do
+    env=(); args=()
+    case $point in
+        default) ;;
+        ahead0) env=(HIPFS_READAHEAD_MB=0) ;;
+        ahead128) env=(HIPFS_READAHEAD_MB=128) ;;
+        lanes8) env=(HIPFS_REMOTE_LANES=8) ;;
+        lanes12) env=(HIPFS_REMOTE_LANES=12) ;;
+        chunk8m) env=(HIPFS_CHUNK_KB=8192) ;;
+        chunk2m) env=(HIPFS_CHUNK_KB=2048) ;;
+        chunk1m) env=(HIPFS_CHUNK_KB=1024) ;;
+        depth4) env=(HIPFS_BOUNCE_DEPTH=4) ;;
+        req1g) args=(--request 1G) ;;
+        req256m) args=(--request 256M) ;;
+        *) echo "unknown point $point"; continue ;;
+    esac
+    echo "== $point ${env[*]} ${args[*]} ($(date +%T))"
+    env "${env[@]}" timeout 150 "$G" bench userspace "$F" --gpu --repeats 3 --more-ceilings "${args[@]}"
+done
+kill $vm
+echo "== vmstat (us sy id wa per second)"
+awk 'NR>2 {print $13, $14, $15, $16}' "$LOG/vmstat.log" | tr '\n' '|'
