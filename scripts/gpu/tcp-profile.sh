@@ -4,21 +4,25 @@
 # client settings, with vmstat sampling the CPUs throughout. Runs on the
 # GPU machine with .gpu/bin/hipfs (scripts/gpu/run-gpu-checks.sh).
 #   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
+# A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
+# build, for an A/B in one run).
 set -u
 cd "$(dirname "$0")/../.."
 G=$PWD/.gpu/bin/hipfs
 W=/var/tmp/hipfs-profile; mkdir -p "$W"
 F=$W/us-4G.bin
 LOG=${OUT:-/tmp}
+exec > >(tee "$LOG/profile.log") 2>&1
 nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | head -2
 "$G" check "$W" 2>&1 | grep -iE 'dmabuf|gpu' | head -5
 [ -f "$F" ] || "$G" bench userspace "$F" --create 4G --repeats 1 >/dev/null 2>&1 || head -c 4G /dev/urandom > "$F"
 vmstat 1 > "$LOG/vmstat.log" 2>&1 &
 vm=$!
 for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m depth4 req1g}; do
-    env=(); args=()
+    env=(); args=(); bin=$G
     case $point in
         default) ;;
+        other) bin=${PROFILE_OTHER_BIN:?set PROFILE_OTHER_BIN} ;;
         ahead0) env=(HIPFS_READAHEAD_MB=0) ;;
         ahead128) env=(HIPFS_READAHEAD_MB=128) ;;
         lanes8) env=(HIPFS_REMOTE_LANES=8) ;;
@@ -32,7 +36,7 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         *) echo "unknown point $point"; continue ;;
     esac
     echo "== $point ${env[*]} ${args[*]} ($(date +%T))"
-    env "${env[@]}" timeout 150 "$G" bench userspace "$F" --gpu --repeats 3 --more-ceilings "${args[@]}"
+    env "${env[@]}" timeout 150 "$bin" bench userspace "$F" --gpu --repeats 3 --more-ceilings "${args[@]}"
 done
 kill $vm
 echo "== vmstat (us sy id wa per second)"

@@ -33,6 +33,7 @@ const SYMBOLS: &[&str] = &[
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventSynchronize",
@@ -460,6 +461,24 @@ impl GpuRuntime for CudaRuntime {
                 sys::cuMemcpyHtoDAsync_v2(dst as u64, src.cast(), len, stream as sys::CUstream)
             },
             "cuMemcpyHtoDAsync",
+        )
+    }
+
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let (dst, src) = (dst.0 as usize, src.0 as usize);
+        let stream = stream.0;
+        check(
+            // SAFETY: forwarded caller guarantees.
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(dst as u64, src as u64, len, stream as sys::CUstream)
+            },
+            "cuMemcpyDtoDAsync",
         )
     }
 

@@ -260,6 +260,28 @@ impl GpuRuntime for DumbRuntime {
         self.with_map(dst, len, |b, off| unsafe { b.write_from(off, src, len) })
     }
 
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        // SAFETY: as in copy_to_device_async.
+        unsafe { self.host.stream_synchronize(stream) }?;
+        // Through host memory: the two ranges may lie in one buffer, whose
+        // lock is taken once at a time.
+        let mut bounce = vec![0u8; len];
+        // SAFETY: `bounce` has `len` writable bytes.
+        self.with_map(src, len, |b, off| unsafe {
+            b.read_into(off, bounce.as_mut_ptr(), len)
+        })?;
+        // SAFETY: `bounce` has `len` readable bytes.
+        self.with_map(dst, len, |b, off| unsafe {
+            b.write_from(off, bounce.as_ptr(), len)
+        })
+    }
+
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,

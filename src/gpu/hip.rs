@@ -352,6 +352,29 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let (dst, src) = (dst.0 as usize, src.0 as usize);
+        let stream = stream.0;
+        check(
+            // SAFETY: forwarded caller guarantees.
+            unsafe {
+                hip::hipMemcpyDtoDAsync(
+                    dst as hip::hipDeviceptr_t,
+                    src as hip::hipDeviceptr_t,
+                    len,
+                    stream as hip::hipStream_t,
+                )
+            },
+            "hipMemcpyDtoDAsync",
+        )
+    }
+
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,

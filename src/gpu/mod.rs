@@ -8,7 +8,9 @@ use std::sync::OnceLock;
 
 mod dumb;
 mod host;
+mod slots;
 pub use host::HostRuntime;
+pub use slots::{DeviceSlot, StagingSlot};
 
 /// What memory a pointer points at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +206,22 @@ pub trait GpuRuntime: Send + Sync {
     unsafe fn copy_from_device_async(
         &self,
         dst: *mut u8,
+        src: DevicePtr,
+        len: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let _ = (dst, src, len, stream);
+        Err(no_gpu())
+    }
+    /// Enqueues a device-to-device copy on `stream`.
+    ///
+    /// # Safety
+    /// `src..src+len` and `dst..dst+len` must be device memory of the
+    /// stream's device that nothing else writes until the copy is known
+    /// complete; `stream` must be live.
+    unsafe fn copy_device_async(
+        &self,
+        dst: DevicePtr,
         src: DevicePtr,
         len: usize,
         stream: StreamId,
@@ -642,126 +660,6 @@ impl LentDevice {
     /// A range the lent-memory module vouches for.
     pub(crate) fn vouched(ptr: DevicePtr, len: usize) -> LentDevice {
         LentDevice { ptr, len }
-    }
-}
-
-/// A pinned slab and the event recorded after the GPU's last copy that
-/// used it: the CPU reaches the bytes only once that copy completed, and
-/// copies into or out of it are enqueued through its own methods, so no
-/// copy can be in flight while the CPU holds the slice.
-pub struct StagingSlot {
-    buf: std::mem::ManuallyDrop<PinnedHost>,
-    event: Event,
-    /// A copy was enqueued and not yet waited for.
-    in_flight: bool,
-    /// A copy may run and nothing can tell when it ends (an enqueue or
-    /// record failed and the stream could not be drained): the slab is never
-    /// handed out again, nor freed.
-    poisoned: bool,
-}
-
-impl StagingSlot {
-    /// A slot over `buf`, with `event` of the device its copies run on.
-    pub fn new(buf: PinnedHost, event: Event) -> StagingSlot {
-        StagingSlot {
-            buf: std::mem::ManuallyDrop::new(buf),
-            event,
-            in_flight: false,
-            poisoned: false,
-        }
-    }
-    /// Bytes of the slab.
-    pub fn len(&self) -> usize {
-        self.buf.len()
-    }
-    /// Whether the slab is empty.
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    /// Waits until the GPU is done with the slab (its last copy completed).
-    pub fn wait(&mut self) -> Result<()> {
-        self.event.synchronize()?;
-        self.in_flight = false;
-        Ok(())
-    }
-    /// The first `len` bytes, for the CPU, after waiting for the GPU if a
-    /// copy may still use them; `len` past the slab is an error.
-    pub fn host(&mut self, len: usize) -> Result<&mut [u8]> {
-        if self.poisoned {
-            return Err(Error::new(
-                OpError::InternalError,
-                "a staging slab's last copy cannot be waited for",
-            ));
-        }
-        if self.in_flight {
-            self.wait()?;
-        }
-        let have = self.buf.len();
-        self.buf.as_mut_slice().get_mut(..len).ok_or_else(|| {
-            Error::new(
-                OpError::InternalError,
-                format!("{len} bytes do not fit a {have}-byte slab"),
-            )
-        })
-    }
-    /// Enqueues a copy of the slab's first `dst.len` bytes to `dst` on
-    /// `stream`, then records the slot's event after it.
-    pub(crate) fn copy_to_device(&mut self, dst: LentDevice, stream: &Stream) -> Result<()> {
-        check_span("slab", 0, dst.len, self.buf.len())?;
-        // Marked first: even a failed enqueue may have started something.
-        self.in_flight = true;
-        // SAFETY: the slab is ours and the CPU cannot touch it until the
-        // event recorded below completed (`host` waits for it; Drop too;
-        // `settle` covers a failed record); `dst` is lent device memory of
-        // the request (LentDevice's maker checked it against the request);
-        // the stream is live.
-        let r = unsafe {
-            self.buf
-                .rt
-                .copy_to_device_async(dst.ptr, self.buf.ptr(), dst.len, stream.id())
-        };
-        self.settle(r, stream)
-    }
-    /// Enqueues a copy of `src` into the slab's first `src.len` bytes on
-    /// `stream`, then records the slot's event after it.
-    pub(crate) fn copy_from_device(&mut self, src: LentDevice, stream: &Stream) -> Result<()> {
-        check_span("slab", 0, src.len, self.buf.len())?;
-        self.in_flight = true;
-        // SAFETY: as in copy_to_device; the slab is written by the copy and
-        // read by the CPU only after the event completed.
-        let r = unsafe {
-            self.buf
-                .rt
-                .copy_from_device_async(self.buf.ptr(), src.ptr, src.len, stream.id())
-        };
-        self.settle(r, stream)
-    }
-
-    /// Records the event after an enqueue. When the enqueue or the record
-    /// failed, the event does not tell when a copy ends, so wait for the
-    /// whole stream, or (if even that fails) never use the slab again.
-    fn settle(&mut self, enqueued: Result<()>, stream: &Stream) -> Result<()> {
-        let r = enqueued.and_then(|_| self.event.record(stream));
-        if r.is_err() {
-            match stream.synchronize() {
-                Ok(()) => self.in_flight = false,
-                Err(_) => self.poisoned = true,
-            }
-        }
-        r
-    }
-}
-
-impl Drop for StagingSlot {
-    fn drop(&mut self) {
-        // The slab may be freed only once no copy uses it; when that cannot
-        // be known, leak it rather than free memory the GPU may still use.
-        if self.poisoned || (self.in_flight && self.event.synchronize().is_err()) {
-            log::warn!("a staging slab's last copy cannot be waited for; leaking the slab");
-            return;
-        }
-        // SAFETY: dropped once, here, and never used again.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.buf) };
     }
 }
 

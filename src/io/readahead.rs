@@ -7,10 +7,20 @@
 //! 16-core machine the pipeline's workers were busy only 70-76% of the
 //! time. Readahead keeps the network busy across requests: once a read that
 //! continues a sequential run has handed out its last chunk, the chunks the
-//! next read of the same size would have are fetched into pinned slabs of
-//! their own, by threads of their own, so the request can finish without
-//! waiting for them. The next read copies those slabs to the device and
-//! fetches only what is not there.
+//! next read of the same size would have are fetched by threads of their
+//! own, so the request can finish without waiting for them. The next read
+//! copies them to its buffer on the device and fetches only what is not
+//! there.
+//!
+//! Where fetched chunks wait: in device memory. A fetch receives into a
+//! pinned bounce slab, copies it to a device slab of the window at once and
+//! gives the bounce slab back, most recently used first, so the few bounce
+//! slabs in use stay in the CPU caches; the next read's copy is then device
+//! to device. Holding the window in pinned host memory instead made every
+//! received byte miss the caches twice (written by the socket copy, read
+//! by the copy engine a request later): on the H100 machine 16 loopback
+//! sockets carried a file's pages at 23.6-27.0 GiB/s into 64 MiB per
+//! receiver and at 32.2-37.2 into a reused 4 MiB buffer, same runs.
 //!
 //! What a fetched chunk may be used for: only the read it was fetched for
 //! (same offset, same length), at most [`MAX_AGE`] after it was fetched,
@@ -20,10 +30,11 @@
 //!
 //! Bounds: a window holds at most `HIPFS_READAHEAD_MB` (default 64, `0`
 //! turns readahead off) and all windows together at most [`BUDGET`] of
-//! pinned memory; slabs are reused across windows and kept once pinned.
+//! device memory; slabs are reused across windows and kept once made.
+//! Bounce slabs: one per running fetch, at most [`MAX_THREADS`], kept.
 
 use crate::error::Result;
-use crate::gpu::{Event, GpuRuntime, PinnedHost, StagingSlot};
+use crate::gpu::{DeviceSlot, Event, GpuRuntime, PinnedHost, StagingSlot, Stream};
 use crate::job_pool::{Job, JobPool};
 use crate::lent::Chunks;
 use crate::stats;
@@ -33,7 +44,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-/// Pinned bytes every readahead window of the process may hold together.
+/// Device bytes every readahead window of the process may hold together.
 const BUDGET: usize = 256 << 20;
 /// How long after its fetch ended a fetched chunk may still be used: a
 /// reader that pauses gets what the file holds then, not bytes fetched
@@ -80,26 +91,26 @@ fn write_slot(fs: &dyn UserspaceFs) -> &'static AtomicU64 {
     &WRITES[(h.finish() % WRITE_SLOTS as u64) as usize]
 }
 
-/// A pinned slab of the readahead pool, on one device.
+/// A device slab of the readahead pool.
 struct AheadSlab {
-    slot: StagingSlot,
+    slot: DeviceSlot,
     device: i32,
 }
 
 impl Drop for AheadSlab {
     fn drop(&mut self) {
-        PINNED.fetch_sub(self.slot.len(), Ordering::Relaxed);
+        HELD.fetch_sub(self.slot.len(), Ordering::Relaxed);
     }
 }
 
-/// Pinned bytes the readahead slabs hold (free or in use).
-static PINNED: AtomicUsize = AtomicUsize::new(0);
+/// Device bytes the readahead slabs hold (free or in use).
+static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Slabs not in use.
 static FREE: Mutex<Vec<AheadSlab>> = Mutex::new(Vec::new());
 
-/// A slab for one fetch: a free one, or pinned bytes reserved within the
-/// budget for the fetching thread to make one of (making pinned memory
-/// takes milliseconds, which no request should wait for).
+/// A slab for one fetch: a free one, or device bytes reserved within the
+/// budget for the fetching thread to make one of (allocating takes time no
+/// request should wait for).
 enum SlabFor {
     Free(AheadSlab),
     Reserved(SlabSource),
@@ -112,9 +123,9 @@ fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
         return Some(SlabFor::Free(s));
     }
     let bytes = source.slab.max(len);
-    let claimed = PINNED.fetch_add(bytes, Ordering::Relaxed);
+    let claimed = HELD.fetch_add(bytes, Ordering::Relaxed);
     if claimed + bytes > BUDGET {
-        PINNED.fetch_sub(bytes, Ordering::Relaxed);
+        HELD.fetch_sub(bytes, Ordering::Relaxed);
         // The budget may be held by windows nobody will read any more
         // (a handle that stopped reading): take their slabs back.
         reclaim_stale();
@@ -134,20 +145,18 @@ impl SlabFor {
             SlabFor::Free(s) => return Ok(s),
             SlabFor::Reserved(s) => s,
         };
-        let made = s.rt.bind(s.device).and_then(|_bound| {
-            let buf = PinnedHost::alloc(s.rt, s.slab)?;
-            let event = Event::new(s.rt, s.device)?;
-            Ok(StagingSlot::new(buf, event))
-        });
+        let made =
+            s.rt.bind(s.device)
+                .and_then(|_bound| DeviceSlot::new(s.rt, s.device, s.slab));
         match made {
-            // Counted in PINNED since the reservation; AheadSlab's drop
+            // Counted in HELD since the reservation; AheadSlab's drop
             // takes it off.
             Ok(slot) => Ok(AheadSlab {
                 slot,
                 device: s.device,
             }),
             Err(e) => {
-                PINNED.fetch_sub(s.slab, Ordering::Relaxed);
+                HELD.fetch_sub(s.slab, Ordering::Relaxed);
                 Err(e)
             }
         }
@@ -198,13 +207,57 @@ fn discard(slab: AheadSlab, got: &Result<usize>) {
     give_slab(slab);
 }
 
-/// Gives a slab no copy uses back to the pool.
-fn give_slab(s: AheadSlab) {
-    FREE.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+/// Gives a slab back to the pool, once no copy uses it (one whose last copy
+/// cannot be waited for is dropped, and leaked there).
+fn give_slab(mut s: AheadSlab) {
+    if s.slot.reusable() {
+        FREE.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
 }
 
-/// Where new readahead slabs come from: pinned memory of `rt` for copies
-/// to `device`, `slab` bytes each.
+/// A pinned slab a fetch receives into, and the stream of its copy to the
+/// fetch's device slab. Taken for one fetch, given back right after it.
+struct Bounce {
+    slot: StagingSlot,
+    stream: Stream,
+    device: i32,
+}
+
+/// Bounce slabs not in use; the last given back is taken first, so the
+/// bytes the copy engine reads are still in the CPU caches.
+static BOUNCES: Mutex<Vec<Bounce>> = Mutex::new(Vec::new());
+
+/// A bounce slab for `len` bytes to `source.device`: the most recently
+/// used free one, else a new one made here (a fetching thread).
+fn bounce(source: SlabSource, len: usize) -> Result<Bounce> {
+    {
+        let mut free = BOUNCES.lock().unwrap_or_else(|p| p.into_inner());
+        let found = free
+            .iter()
+            .rposition(|b| b.device == source.device && b.slot.len() >= len);
+        if let Some(i) = found {
+            return Ok(free.remove(i));
+        }
+    }
+    let _bound = source.rt.bind(source.device)?;
+    let buf = PinnedHost::alloc(source.rt, source.slab.max(len))?;
+    let event = Event::new(source.rt, source.device)?;
+    Ok(Bounce {
+        slot: StagingSlot::new(buf, event),
+        stream: Stream::new(source.rt, source.device)?,
+        device: source.device,
+    })
+}
+
+/// Gives a bounce slab back once no copy uses it.
+fn give_bounce(mut b: Bounce) {
+    if b.slot.reusable() {
+        BOUNCES.lock().unwrap_or_else(|p| p.into_inner()).push(b);
+    }
+}
+
+/// Where new readahead slabs come from: device memory of `rt` on
+/// `device` (and pinned bounce slabs for copies to it), `slab` bytes each.
 #[derive(Clone, Copy)]
 pub(crate) struct SlabSource {
     pub rt: &'static dyn GpuRuntime,
@@ -232,8 +285,9 @@ enum PieceState {
     Taken,
 }
 
-/// What a reader got from a piece: the slab (holding `got` bytes) to copy
-/// from, and give back with [`Fetched::finish`] once the copy completed.
+/// What a reader got from a piece: the device slab (holding `got` bytes)
+/// to copy from, and give back with [`Fetched::finish`] once the copy
+/// completed.
 pub(crate) struct Fetched {
     slab: AheadSlab,
     /// Bytes the slab holds (fewer than asked: end of file).
@@ -242,18 +296,16 @@ pub(crate) struct Fetched {
 
 impl Fetched {
     /// The slot to copy from.
-    pub(crate) fn slot(&mut self) -> &mut StagingSlot {
+    pub(crate) fn slot(&mut self) -> &mut DeviceSlot {
         &mut self.slab.slot
     }
     /// Back to the pool once the copy from it completed (the caller has
     /// the device bound; a slab whose copy cannot be waited for is
-    /// dropped, and `StagingSlot` leaks it rather than free it under a
+    /// dropped, and `DeviceSlot` leaks it rather than free it under a
     /// copy).
-    pub(crate) fn finish(mut self) {
+    pub(crate) fn finish(self) {
         stats::record_readahead(self.got, 0);
-        if self.slab.slot.wait().is_ok() {
-            give_slab(self.slab);
-        }
+        give_slab(self.slab);
     }
 }
 
@@ -305,24 +357,44 @@ impl Drop for Piece {
     }
 }
 
-/// Reads `piece` with `fs` into the slab `slab` gives, and hands the
-/// result to the piece (whatever happens: a reader may be waiting for it).
-fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor) {
+/// Reads `piece` with `fs` through a bounce slab into the device slab
+/// `slab` gives, and hands the result to the piece (whatever happens: a
+/// reader may be waiting for it).
+fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor, source: SlabSource) {
     let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut slab = match slab.get() {
             Ok(s) => s,
             Err(e) => {
-                log::debug!("no pinned slab for readahead: {e}");
+                log::debug!("no device slab for readahead: {e}");
                 return false;
             }
         };
-        let got = (slab.slot.host(piece.len)).and_then(|dst| read_into(fs, dst, piece.off));
-        if matches!(got, Ok(0)) {
-            // End of file: nothing to hold a slab for; the reader asks
-            // itself (and learns the same).
-            give_slab(slab);
-            return false;
-        }
+        let mut b = match bounce(source, piece.len) {
+            Ok(b) => b,
+            Err(e) => {
+                log::debug!("no pinned bounce slab for readahead: {e}");
+                give_slab(slab);
+                return false;
+            }
+        };
+        let got = (b.slot.host(piece.len)).and_then(|dst| read_into(fs, dst, piece.off));
+        let got = match got {
+            Ok(0) => {
+                // End of file: nothing to hold a slab for; the reader asks
+                // itself (and learns the same).
+                give_bounce(b);
+                give_slab(slab);
+                return false;
+            }
+            // In device memory before the reader may take it.
+            Ok(n) => b
+                .slot
+                .copy_to_slot(&mut slab.slot, n, &b.stream)
+                .and_then(|_| slab.slot.wait())
+                .map(|_| n),
+            Err(e) => Err(e),
+        };
+        give_bounce(b);
         piece.finish(slab, got);
         true
     }));
@@ -436,7 +508,7 @@ impl Readahead {
             });
             w.pieces.insert(off, piece.clone());
             let fs = fs.clone();
-            submit(Box::new(move || fetch(&*fs, &piece, s)));
+            submit(Box::new(move || fetch(&*fs, &piece, s, slabs)));
         }
     }
 }

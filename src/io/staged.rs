@@ -13,7 +13,7 @@
 //! written to the file. Where the runtime has a peer-to-peer file path
 //! (AMD's `hipAmdFileRead`), aligned requests try that first.
 
-use super::bounce_pool::{self, Lane, Plan, Profile, Slot};
+use super::bounce_pool::{self, Lane, Plan, Profile};
 use super::host_path::{read_range, write_range};
 use super::posix::{PosixFile, MAX_RW_COUNT};
 use super::readahead::{self, Begun, SlabSource};
@@ -21,7 +21,7 @@ use super::UserspaceFile;
 use super::{chunk_results, contiguous_prefix, workers, Chunks, Dir, Request};
 use crate::config::Config;
 use crate::error::{Error, OpError, Result};
-use crate::gpu::{self, GpuRuntime, Stream};
+use crate::gpu::{self, GpuRuntime, LentDevice};
 use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
 use crate::userspace::{read_into, UserspaceBuf, UserspaceFs, UserspaceMem};
@@ -243,7 +243,7 @@ fn ns(t: Instant) -> u64 {
 
 impl Job<'_> {
     /// `len` bytes at `m` in the request's device memory.
-    fn device_range(&self, m: usize, len: usize) -> Result<crate::gpu::LentDevice> {
+    fn device_range(&self, m: usize, len: usize) -> Result<LentDevice> {
         LentSpan::of_request(self.req.mem, self.req.size)
             .device_range(m, len)
             .ok_or_else(|| {
@@ -288,7 +288,9 @@ impl Job<'_> {
                 prof.file_ns += ns(t);
                 prof.ahead += 1;
                 let got = f.got;
-                self.deliver(f.slot(), &lane.stream, m, got, &mut prof)?;
+                self.deliver(m, got, &mut prof, |dst| {
+                    f.slot().copy_to_device(dst, &lane.stream)
+                })?;
                 used.push(f);
                 self.put(i, Ok(got), len);
                 continue;
@@ -304,7 +306,9 @@ impl Job<'_> {
             let r = slot.host(len).and_then(|dst| self.src.fill(dst, off));
             prof.file_ns += ns(t);
             if let Ok(got) = r {
-                self.deliver(slot, &lane.stream, m, got, &mut prof)?;
+                self.deliver(m, got, &mut prof, |dst| {
+                    slot.copy_to_device(dst, &lane.stream)
+                })?;
             }
             self.put(i, r, len);
         }
@@ -319,19 +323,18 @@ impl Job<'_> {
         Ok(())
     }
 
-    /// Enqueues the copy of the `got` bytes `slot` holds to offset `m` of
-    /// the request's device memory on `stream`, and counts the chunk.
+    /// Enqueues, with `copy`, the copy of a chunk's `got` bytes to offset
+    /// `m` of the request's device memory, and counts the chunk.
     fn deliver(
         &self,
-        slot: &mut Slot,
-        stream: &Stream,
         m: usize,
         got: usize,
         prof: &mut Profile,
+        copy: impl FnOnce(LentDevice) -> Result<()>,
     ) -> Result<()> {
         if got > 0 {
             let t = Instant::now();
-            slot.copy_to_device(self.device_range(m, got)?, stream)?;
+            copy(self.device_range(m, got)?)?;
             prof.enqueue_ns += ns(t);
             stats::record_read(self.src.path(), got);
         }
