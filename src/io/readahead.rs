@@ -31,7 +31,8 @@
 //! Bounds: a window holds at most `HIPFS_READAHEAD_MB` (default 64, `0`
 //! turns readahead off) and all windows together at most [`BUDGET`] of
 //! device memory; slabs are reused across windows and kept once made.
-//! Bounce slabs: one per running fetch, at most [`MAX_THREADS`], kept.
+//! Bounce slabs: one per running fetch, at most [`MAX_THREADS`]
+//! (`HIPFS_READAHEAD_THREADS` for measuring), kept.
 
 use crate::error::Result;
 use crate::gpu::{DeviceSlot, Event, GpuRuntime, PinnedHost, StagingSlot, Stream};
@@ -50,8 +51,23 @@ const BUDGET: usize = 256 << 20;
 /// reader that pauses gets what the file holds then, not bytes fetched
 /// before the pause.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
-/// Threads that fetch ahead, for all windows together.
+/// Threads that fetch ahead, for all windows together (two requests of 16
+/// chunks in flight: a read launches the next one's fetches while its own
+/// may still be arriving).
 const MAX_THREADS: usize = 32;
+
+/// The fetching threads' cap: [`MAX_THREADS`], or `HIPFS_READAHEAD_THREADS`
+/// (1 to 64) for measuring; read once.
+fn max_threads() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("HIPFS_READAHEAD_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|n| (1..=64).contains(n))
+            .unwrap_or(MAX_THREADS)
+    })
+}
 /// The default window, MiB.
 const DEFAULT_WINDOW_MB: usize = 64;
 
@@ -518,7 +534,7 @@ impl Readahead {
 static FETCHERS: JobPool = JobPool::new(|_| "hipfs-ahead".into());
 
 fn submit(job: Job) {
-    if let Err(job) = FETCHERS.submit(job, MAX_THREADS) {
+    if let Err(job) = FETCHERS.submit(job, max_threads()) {
         // No thread to run it: run it here (a job always ends, so no
         // reader waits for a fetch that never comes).
         log::debug!("cannot start a readahead thread; fetching inline");
