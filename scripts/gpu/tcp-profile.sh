@@ -5,7 +5,7 @@
 # GPU machine with .gpu/bin/hipfs (scripts/gpu/run-gpu-checks.sh).
 #   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
 # A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
-# build, for an A/B in one run).
+# build, for an A/B in one run); "host" reads into host memory instead.
 set -u
 cd "$(dirname "$0")/../.."
 G=$PWD/.gpu/bin/hipfs
@@ -19,7 +19,7 @@ nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | h
 vmstat 1 > "$LOG/vmstat.log" 2>&1 &
 vm=$!
 for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m depth4 req1g}; do
-    env=(); args=(); bin=$G
+    env=(); args=(); bin=$G; mem=(--gpu)
     case $point in
         default) ;;
         other) bin=${PROFILE_OTHER_BIN:?set PROFILE_OTHER_BIN} ;;
@@ -36,10 +36,11 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         threads48) env=(HIPFS_READAHEAD_THREADS=48) ;;
         req1g) args=(--request 1G) ;;
         req256m) args=(--request 256M) ;;
+        host) mem=() ;;
         *) echo "unknown point $point"; continue ;;
     esac
     echo "== $point ${env[*]} ${args[*]} ($(date +%T))"
-    env "${env[@]}" timeout 150 "$bin" bench userspace "$F" --gpu --repeats 3 --more-ceilings "${args[@]}"
+    env "${env[@]}" timeout 150 "$bin" bench userspace "$F" "${mem[@]}" --repeats 3 --more-ceilings "${args[@]}"
 done
 kill $vm
 echo "== vmstat (us sy id wa per second)"
