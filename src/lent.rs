@@ -372,6 +372,22 @@ pub(crate) fn register_device_address_with(
     unsafe { conn.register(span.addr as *mut u8, span.len) }
 }
 
+/// Registers device memory `span`, lent for one read, with a TCP
+/// connection as a WRITE target whose bytes reach it through `sink`'s lane
+/// staging (`remote::client::lane_staging`). The caller keeps the region
+/// only while the read runs (the request's own frame, as `register_with`).
+pub(crate) fn register_device_staged_with(
+    conn: &dyn hipfs_rdma::Connection,
+    span: LentSpan,
+    sink: std::sync::Arc<dyn hipfs_rdma::DeviceSink>,
+) -> hipfs_rdma::Result<std::sync::Arc<hipfs_rdma::LocalRegion>> {
+    // SAFETY: device memory lent for this read (the lent-memory contract,
+    // or a readahead slab the fetch holds until the read returned); the
+    // region is dropped when the read returns, and the transport reaches
+    // the range only through `sink`'s device copies, never with the CPU.
+    unsafe { conn.register_device(span.addr as u64, span.len, sink) }
+}
+
 /// Copies device memory a read just placed (`span`, lent for that read)
 /// back to the host, to check it against its hash.
 pub(crate) fn copy_back_device(span: LentSpan, host: &mut [u8]) -> crate::error::Result<()> {

@@ -132,6 +132,14 @@ pub fn record_readahead(used: usize, dropped: usize) {
     READAHEAD_DROPPED.fetch_add(dropped as u64, Ordering::Relaxed);
 }
 
+static LANE_STAGED: AtomicU64 = AtomicU64::new(0);
+
+/// Records bytes a TCP lane received into its pinned staging and copied on
+/// to device memory (`HIPFS_TCP_LANE_STAGING`).
+pub fn record_lane_staged(bytes: usize) {
+    LANE_STAGED.fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
 /// Records that a handle fell back from its preferred path.
 pub fn record_fallback() {
     FALLBACKS.fetch_add(1, Ordering::Relaxed);
@@ -168,6 +176,9 @@ pub struct Stats {
     pub readahead_used: u64,
     /// Bytes fetched ahead and dropped unused.
     pub readahead_dropped: u64,
+    /// Bytes TCP lanes received into their own pinned staging and copied
+    /// to device memory (`HIPFS_TCP_LANE_STAGING`).
+    pub lane_staged: u64,
 }
 
 impl Stats {
@@ -201,6 +212,7 @@ pub fn snapshot() -> Stats {
         fallbacks: FALLBACKS.load(Ordering::Relaxed),
         readahead_used: READAHEAD_USED.load(Ordering::Relaxed),
         readahead_dropped: READAHEAD_DROPPED.load(Ordering::Relaxed),
+        lane_staged: LANE_STAGED.load(Ordering::Relaxed),
     }
 }
 
@@ -229,6 +241,13 @@ impl fmt::Display for Stats {
             "readahead  {} bytes used, {} dropped",
             self.readahead_used, self.readahead_dropped
         )?;
+        if self.lane_staged > 0 {
+            writeln!(
+                f,
+                "tcp lanes  {} bytes staged into device memory",
+                self.lane_staged
+            )?;
+        }
         let d = device_registrations();
         write!(
             f,

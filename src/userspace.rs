@@ -111,6 +111,16 @@ pub trait UserspaceFs: Send + Sync {
         let _ = (addr, len);
         false
     }
+    /// Whether a read can place bytes straight into device memory the
+    /// library owns (readahead's device slabs), as [`places_device`] says
+    /// for the caller's memory: the readahead then hands `read` a
+    /// [`UserspaceMem::Rdma`] of the slab. Off unless the filesystem says
+    /// so.
+    ///
+    /// [`places_device`]: UserspaceFs::places_device
+    fn places_device_slabs(&self) -> bool {
+        false
+    }
     /// Reads up to `buf.len` bytes at `offset`; short only at end of file.
     fn read(&self, buf: UserspaceBuf, offset: u64) -> Result<usize>;
     /// Writes `buf.len` bytes at `offset`.

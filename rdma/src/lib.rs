@@ -288,6 +288,30 @@ pub trait Connection: Send + Sync {
         iova: u64,
     ) -> Result<Arc<LocalRegion>>;
 
+    /// Registers device memory `[addr, addr+len)` as a target the peer may
+    /// WRITE into and nothing else (it cannot be READ, nor be the local
+    /// side of `write_remote` / `read_remote`). The CPU cannot write device
+    /// memory, so the TCP transport receives such a WRITE into `sink`'s
+    /// pinned staging on the lane's reader thread and has the sink copy
+    /// each piece on; the WRITE is acknowledged once every copy ended.
+    /// Default: [`Error::Unsupported`] (verbs registers device memory with
+    /// `register_dmabuf` or `register` instead).
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must be device memory `sink` can copy into, and
+    /// stay allocated until the returned region is dropped.
+    unsafe fn register_device(
+        &self,
+        addr: u64,
+        len: usize,
+        sink: Arc<dyn DeviceSink>,
+    ) -> Result<Arc<LocalRegion>> {
+        let _ = (addr, len, sink);
+        Err(Error::Unsupported(
+            "this transport registers device memory with register_dmabuf or register".into(),
+        ))
+    }
+
     /// Copies `len` bytes from `local[local_off..]` into the peer's region
     /// `remote` at `remote_off` (RDMA WRITE). Returns once the bytes are
     /// placed in the peer's memory.
@@ -353,6 +377,38 @@ pub trait Connection: Send + Sync {
     /// Closes the connection: pending and later operations on both sides
     /// fail with [`Error::Disconnected`]. Idempotent.
     fn close(&self);
+}
+
+/// Where a TCP connection's lanes put bytes that a peer WRITEs into device
+/// memory registered with [`Connection::register_device`]: each lane's
+/// reader thread gets a [`Stager`] of its own from the sink (on its first
+/// such WRITE) and keeps it for the connection's life, so the few pinned
+/// buffers it receives into stay in the CPU caches.
+pub trait DeviceSink: Send + Sync {
+    /// Staging for one lane.
+    fn stager(&self) -> Result<Box<dyn Stager>>;
+}
+
+/// One lane's staging towards device memory: host buffers the lane
+/// receives into, each copied on to the device before it is reused.
+pub trait Stager: Send {
+    /// The next buffer to receive into, holding at most `len` bytes (its
+    /// length: at least 1), once the copy that last used it ended.
+    fn next_buf(&mut self, len: usize) -> Result<&mut [u8]>;
+
+    /// Starts copying the first `len` bytes of the buffer [`next_buf`]
+    /// gave last to device address `dst`.
+    ///
+    /// # Safety
+    /// `[dst, dst+len)` lies inside device memory registered with
+    /// [`Connection::register_device`] for this stager's sink, and stays
+    /// registered until [`flush`](Stager::flush) returned.
+    ///
+    /// [`next_buf`]: Stager::next_buf
+    unsafe fn copy_out(&mut self, dst: u64, len: usize) -> Result<()>;
+
+    /// Waits until every copy started has ended.
+    fn flush(&mut self) -> Result<()>;
 }
 
 /// Counters of one connection.

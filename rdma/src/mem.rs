@@ -181,6 +181,60 @@ impl RegisteredSpan {
     }
 }
 
+/// `len` bytes inside a live registered TCP device region (see
+/// [`crate::Connection::register_device`]), found by a bounds-checked
+/// lookup: received through a lane's [`Stager`](crate::Stager), never
+/// touched by the CPU.
+pub(crate) struct DeviceSpan {
+    addr: u64,
+    len: u64,
+}
+
+impl DeviceSpan {
+    /// `[addr, addr+len)` when it lies inside `range`.
+    pub(crate) fn within(range: &crate::tcp::regions::Range, addr: u64, len: u64) -> Option<Self> {
+        range.sub(addr, len).map(|_| DeviceSpan { addr, len })
+    }
+
+    /// Receives the span's bytes from a lane into `stager`'s buffers and
+    /// has it copy each one to the span, waiting for the last copy (on
+    /// every path: no copy runs once this returns). Stream errors come back
+    /// as the outer error; a stager's failure as the inner one, after the
+    /// rest of the span's bytes were read off the stream (which stays in
+    /// step).
+    pub(crate) fn recv(
+        &self,
+        stager: &mut dyn crate::Stager,
+        rx: &mut crate::tcp::stream::RxStream,
+    ) -> std::io::Result<crate::Result<()>> {
+        let mut done = 0u64;
+        while done < self.len {
+            let want = usize::try_from(self.len - done).unwrap_or(usize::MAX);
+            let buf = match stager.next_buf(want) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = stager.flush();
+                    rx.discard(self.len - done)?;
+                    return Ok(Err(e));
+                }
+            };
+            let n = buf.len().min(want);
+            rx.recv_bytes(&mut buf[..n])?;
+            // SAFETY: inside the registered device range (checked by
+            // `within`), which the caller keeps registered (it holds the
+            // slot's lock) until this returns, after `flush`.
+            if let Err(e) = unsafe { stager.copy_out(self.addr + done, n) } {
+                // No copy may run once the caller lets the region go.
+                let _ = stager.flush();
+                rx.discard(self.len - done - n as u64)?;
+                return Ok(Err(e));
+            }
+            done += n as u64;
+        }
+        Ok(stager.flush())
+    }
+}
+
 /// Tries, on every RDMA device, to register `dmabuf` = (fd, offset, len,
 /// iova) and the range `peer` = (address, len), and drops the
 /// registrations again. Empty without devices or without verbs.

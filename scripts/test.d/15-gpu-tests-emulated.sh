@@ -11,3 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
     cargo test -p hipfs --test it --test readahead_budget -- gpu_ batch_async
+# The TCP lanes' device staging (HIPFS_TCP_LANE_STAGING, off by default):
+# the UserspaceFs tests through a real mount again in each mode, which
+# assert that the bytes went through it.
+for mode in direct ahead; do
+    HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
+        cargo test -p hipfs --test it -- gpu_userspace
+done

@@ -221,6 +221,11 @@ impl DeviceSlot {
     pub fn wait(&mut self) -> Result<()> {
         self.fence.wait()
     }
+    /// Where the slab is in device memory (for a filesystem that places a
+    /// read there itself, once the slab is idle: see `reusable`).
+    pub(crate) fn device_ptr(&self) -> DevicePtr {
+        self.mem.device_ptr()
+    }
     /// Whether the slab may be used again (see [`StagingSlot::reusable`]).
     pub fn reusable(&mut self) -> bool {
         self.fence.idle()

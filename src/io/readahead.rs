@@ -39,7 +39,7 @@ use crate::gpu::{DeviceSlot, Event, GpuRuntime, PinnedHost, StagingSlot, Stream}
 use crate::job_pool::{Job, JobPool};
 use crate::lent::Chunks;
 use crate::stats;
-use crate::userspace::{read_into, UserspaceFs};
+use crate::userspace::{read_into, UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
@@ -385,6 +385,31 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor, source: SlabSource)
                 return false;
             }
         };
+        if fs.places_device_slabs() {
+            // The filesystem puts the bytes in the device slab itself
+            // (hipfs over TCP with lane staging): no bounce slab.
+            let into = UserspaceBuf::vouched(UserspaceMem::Rdma {
+                desc: String::new(),
+                addr: slab.slot.device_ptr().0,
+                len: piece.len,
+                host_ptr: None,
+            });
+            let got = fs.read(into, piece.off).and_then(|n| {
+                if n > piece.len {
+                    return Err(crate::error::Error::new(
+                        crate::error::OpError::InternalError,
+                        format!("a read of {} bytes reported {n}", piece.len),
+                    ));
+                }
+                Ok(n)
+            });
+            if matches!(got, Ok(0)) {
+                give_slab(slab);
+                return false;
+            }
+            piece.finish(slab, got);
+            return true;
+        }
         let mut b = match bounce(source, piece.len) {
             Ok(b) => b,
             Err(e) => {

@@ -56,6 +56,9 @@ pub enum Status {
     UnknownKey = 1,
     /// The range is not inside the region.
     OutOfRange = 2,
+    /// The bytes arrived but could not be put in place (a device region
+    /// whose copy failed).
+    NotApplied = 3,
 }
 
 impl Status {
@@ -64,6 +67,7 @@ impl Status {
             0 => Status::Ok,
             1 => Status::UnknownKey,
             2 => Status::OutOfRange,
+            3 => Status::NotApplied,
             _ => return None,
         })
     }
@@ -77,6 +81,9 @@ impl Status {
             ))),
             Status::OutOfRange => Err(Error::RemoteRejected(format!(
                 "range {addr:#x}+{len} is outside the region of rkey {rkey:#x}"
+            ))),
+            Status::NotApplied => Err(Error::RemoteRejected(format!(
+                "the peer could not copy {len} bytes into device memory at {addr:#x} (rkey {rkey:#x})"
             ))),
         }
     }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use crate::region::RegionHandle;
+use crate::DeviceSink;
 
 /// A registered range (address as an integer: the slot never dereferences
 /// it itself).
@@ -31,9 +32,19 @@ impl Range {
 
 pub struct Slot {
     range: RwLock<Option<Range>>,
+    /// Device memory (`Connection::register_device`): the range is a
+    /// device address range, only a peer's WRITE may target it, and its
+    /// bytes go through this sink's staging. `None`: host memory.
+    device: Option<Arc<dyn DeviceSink>>,
 }
 
 impl Slot {
+    /// The sink of a device region (`None`: host memory, which the CPU may
+    /// reach through the range).
+    pub fn device(&self) -> Option<&Arc<dyn DeviceSink>> {
+        self.device.as_ref()
+    }
+
     /// The live range (None once deregistered), held for as long as the
     /// guard lives.
     pub fn lock(&self) -> RwLockReadGuard<'_, Option<Range>> {
@@ -55,6 +66,23 @@ impl KeyTable {
     }
 
     pub fn insert(self: &Arc<Self>, range: Range) -> (u32, Box<dyn RegionHandle>) {
+        self.insert_slot(range, None)
+    }
+
+    /// Registers a device range whose bytes go through `sink`.
+    pub fn insert_device(
+        self: &Arc<Self>,
+        range: Range,
+        sink: Arc<dyn DeviceSink>,
+    ) -> (u32, Box<dyn RegionHandle>) {
+        self.insert_slot(range, Some(sink))
+    }
+
+    fn insert_slot(
+        self: &Arc<Self>,
+        range: Range,
+        device: Option<Arc<dyn DeviceSink>>,
+    ) -> (u32, Box<dyn RegionHandle>) {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         // A stride that is odd walks all 2^32 keys before repeating.
         let key = loop {
@@ -65,6 +93,7 @@ impl KeyTable {
         };
         let slot = Arc::new(Slot {
             range: RwLock::new(Some(range)),
+            device,
         });
         slots.insert(key, slot.clone());
         (

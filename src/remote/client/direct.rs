@@ -302,20 +302,46 @@ impl RemoteFile {
         self.client.finish_placed_read(p?, dst)
     }
 
-    /// Reads into device memory the server places bytes in by RDMA WRITE
-    /// (registered as a dmabuf or through peer memory, see `device_reg`):
-    /// no host copy. Pieces of up to MAX_IO, in order, on one deadline.
+    /// Reads into device memory the server places bytes in (RDMA WRITE
+    /// into a dmabuf or peer-memory registration, see `device_reg`; over
+    /// TCP through the lanes' pinned staging, see `lane_staging`): no host
+    /// copy on this side. Pieces of up to [`read_piece_len`] kept in flight
+    /// together as `read` does, on one deadline; the answer is the
+    /// contiguous prefix.
     fn read_into_device(&self, addr: usize, len: usize, offset: u64) -> Result<usize> {
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
-        let mut done = 0usize;
-        while done < len {
-            let n = (len - done).min(read_piece_len());
-            let got = self
-                .client
-                .within(Some(deadline), false, false, || {
-                    self.read_device_piece(addr + done, n, offset + done as u64)
-                })
-                .map_err(|e| io_err(e, "read into device memory"))?;
+        let piece_len = read_piece_len();
+        let count = len.div_ceil(piece_len);
+        let piece = |i: usize| {
+            let at = i * piece_len;
+            let n = piece_len.min(len - at);
+            let r = self.client.within(Some(deadline), false, false, || {
+                self.read_device_piece(addr + at, n, offset + at as u64)
+            });
+            (r, n)
+        };
+        let results: Vec<(std::result::Result<usize, i32>, usize)> = if count <= 1 {
+            (0..count).map(piece).collect()
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let out = Mutex::new(vec![(Ok(0), 0); count]);
+            std::thread::scope(|s| {
+                for _ in 0..self.parallel().min(count) {
+                    s.spawn(|| loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= count {
+                            break;
+                        }
+                        let r = piece(i);
+                        out.lock().unwrap_or_else(|p| p.into_inner())[i] = r;
+                    });
+                }
+            });
+            out.into_inner().unwrap_or_else(|p| p.into_inner())
+        };
+        let mut done = 0;
+        for (r, n) in results {
+            let got = r.map_err(|e| io_err(e, "read into device memory"))?;
             done += got;
             if got < n {
                 break;
@@ -439,8 +465,12 @@ fn device_destination(
     u64,
     Arc<dyn std::any::Any + Send + Sync>,
 )> {
-    if link.conn.kind() != TransportKind::Verbs {
-        return None;
+    match link.conn.kind() {
+        TransportKind::Verbs => {}
+        TransportKind::Tcp if super::lane_staging::mode() != super::lane_staging::Mode::Off => {
+            return tcp_device_destination(link, addr, len);
+        }
+        _ => return None,
     }
     if let Some(b) = buffer_containing(addr, len).filter(|b| b.info.kind == MemoryKind::Device) {
         if let Ok(region) = link.buffer_region(&b) {
@@ -454,6 +484,33 @@ fn device_destination(
         .device_allocs
         .region_for(&*link.conn, crate::gpu::runtime(), addr, len)?;
     Some((dev.region.clone(), at, dev))
+}
+
+/// A TCP registration of device memory `[addr, addr + len)` for one read,
+/// received through the lanes' pinned staging (`lane_staging`).
+fn tcp_device_destination(
+    link: &Arc<Link>,
+    addr: usize,
+    len: usize,
+) -> Option<(
+    Arc<hipfs_rdma::LocalRegion>,
+    u64,
+    Arc<dyn std::any::Any + Send + Sync>,
+)> {
+    let rt = crate::gpu::runtime();
+    let device = crate::gpu::classify(addr).device.max(0);
+    let sink = super::lane_staging::sink(rt, device);
+    match lent::register_device_staged_with(
+        &*link.conn,
+        lent::LentSpan::of_request(addr, len),
+        sink,
+    ) {
+        Ok(region) => Some((region.clone(), 0, region)),
+        Err(e) => {
+            log::warn!("cannot register device memory for lane staging: {e}");
+            None
+        }
+    }
 }
 
 /// Bytes per read request (every read is placed, so up to
@@ -530,7 +587,19 @@ impl UserspaceFs for RemoteFile {
         let Some(link) = self.client.current() else {
             return false;
         };
-        link.conn.kind() == TransportKind::Verbs && device_destination(&link, addr, len).is_some()
+        match link.conn.kind() {
+            TransportKind::Verbs => device_destination(&link, addr, len).is_some(),
+            TransportKind::Tcp => super::lane_staging::mode() == super::lane_staging::Mode::Direct,
+            _ => false,
+        }
+    }
+
+    fn places_device_slabs(&self) -> bool {
+        super::lane_staging::mode() != super::lane_staging::Mode::Off
+            && self
+                .client
+                .current()
+                .is_some_and(|l| l.conn.kind() == TransportKind::Tcp)
     }
 
     fn read(&self, mut buf: UserspaceBuf, offset: u64) -> Result<usize> {

@@ -26,6 +26,7 @@ pub mod backend;
 pub mod cluster;
 mod device_reg;
 pub mod direct;
+mod lane_staging;
 mod link;
 pub(crate) mod spread;
 

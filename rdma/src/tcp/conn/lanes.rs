@@ -9,13 +9,47 @@ use crossbeam_channel::{select, Receiver};
 
 use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
 use super::super::gate::cost;
+use super::super::regions::Slot;
 use super::super::stream::{RxStream, TxStream};
 use super::{io_to_disconnect, send_header, Job, Pending, Shared};
-use crate::mem::RegisteredSpan;
-use crate::{Error, Result};
+use crate::mem::{DeviceSpan, RegisteredSpan};
+use crate::{DeviceSink, Error, Result, Stager};
+use std::sync::Arc;
 
 static REFUSED_LOG: crate::RateLimitedLog =
     crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
+static DEVICE_LOG: crate::RateLimitedLog =
+    crate::RateLimitedLog::new(std::time::Duration::from_secs(5));
+
+/// A reader thread's stagers, one per device sink it received for (a
+/// process has one sink per GPU, so this stays a handful).
+#[derive(Default)]
+struct Stagers(Vec<(Arc<dyn DeviceSink>, Box<dyn Stager>)>);
+
+impl Stagers {
+    /// `sink`'s stager, made on first use; `None` if it cannot be made
+    /// (logged).
+    fn get(&mut self, sink: &Arc<dyn DeviceSink>) -> Option<&mut dyn Stager> {
+        let i = match self.0.iter().position(|(s, _)| Arc::ptr_eq(s, sink)) {
+            Some(i) => i,
+            None => match sink.stager() {
+                Ok(st) => {
+                    self.0.push((sink.clone(), st));
+                    self.0.len() - 1
+                }
+                Err(e) => {
+                    DEVICE_LOG.warn(|| format!("no staging for device memory on this lane: {e}"));
+                    return None;
+                }
+            },
+        };
+        Some(&mut *self.0[i].1)
+    }
+
+    fn forget(&mut self, sink: &Arc<dyn DeviceSink>) {
+        self.0.retain(|(s, _)| !Arc::ptr_eq(s, sink));
+    }
+}
 
 impl Shared {
     pub(super) fn sender_loop(&self, lane: usize, jobs: Receiver<Job>) -> Result<()> {
@@ -83,7 +117,8 @@ impl Shared {
                 h.rkey = req.rkey;
                 h.addr = req.addr;
                 h.len = req.len;
-                let slot = self.keys.get(req.rkey);
+                // Device regions are WRITE targets only.
+                let slot = self.keys.get(req.rkey).filter(|s| s.device().is_none());
                 let guard = slot.as_ref().map(|s| s.lock());
                 let src = match guard.as_ref().map(|g| **g) {
                     Some(Some(r)) => match RegisteredSpan::within(&r, req.addr, req.len) {
@@ -109,6 +144,16 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// Acknowledges the WRITE `h` with `status`.
+    fn ack(&self, lane: usize, h: &Header, status: Status) -> Result<()> {
+        let mut ack = Header::new(FrameKind::WriteAck);
+        ack.op_id = h.op_id;
+        ack.rkey = h.rkey;
+        ack.addr = h.addr;
+        ack.status = status;
+        self.enqueue(lane, Job::Header(ack))
     }
 
     fn refused(&self, what: &str, h: &Header, st: Status) {
@@ -143,14 +188,54 @@ impl Shared {
 
     /// Runs until the stream fails; returns why.
     pub(super) fn reader_loop(&self, lane: usize, mut rx: RxStream) -> Error {
+        let mut stagers = Stagers::default();
         loop {
-            if let Err(e) = self.read_frame(lane, &mut rx) {
+            if let Err(e) = self.read_frame(lane, &mut rx, &mut stagers) {
                 return e;
             }
         }
     }
 
-    fn read_frame(&self, lane: usize, rx: &mut RxStream) -> Result<()> {
+    /// Receives a WRITE into the device region of `slot` (`sink`'s), if
+    /// the range lies inside it.
+    fn write_device(
+        &self,
+        slot: &Slot,
+        sink: &Arc<dyn DeviceSink>,
+        h: &Header,
+        rx: &mut RxStream,
+        stagers: &mut Stagers,
+    ) -> Result<Status> {
+        let guard = slot.lock();
+        let span = match *guard {
+            Some(r) => match DeviceSpan::within(&r, h.addr, h.len) {
+                Some(span) => span,
+                None => return Ok(Status::OutOfRange),
+            },
+            None => return Ok(Status::UnknownKey),
+        };
+        let Some(stager) = stagers.get(sink) else {
+            rx.discard(h.len).map_err(io_to_disconnect)?;
+            return Ok(Status::NotApplied);
+        };
+        // Under the slot lock (`guard`), so still registered.
+        match span.recv(stager, rx).map_err(io_to_disconnect)? {
+            Ok(()) => Ok(Status::Ok),
+            Err(e) => {
+                DEVICE_LOG.warn(|| {
+                    format!(
+                        "tcp peer {}: {} bytes into device memory at {:#x} not applied: {e}",
+                        self.peer, h.len, h.addr
+                    )
+                });
+                // A stager that failed once may hold a broken stream.
+                stagers.forget(sink);
+                Ok(Status::NotApplied)
+            }
+        }
+    }
+
+    fn read_frame(&self, lane: usize, rx: &mut RxStream, stagers: &mut Stagers) -> Result<()> {
         let raw = rx.recv_array::<HEADER_LEN>().map_err(io_to_disconnect)?;
         let h = Header::decode(&raw, self.max_message)?;
         match h.kind {
@@ -167,6 +252,14 @@ impl Shared {
             }
             FrameKind::Write => {
                 let slot = self.keys.get(h.rkey);
+                if let Some((slot, sink)) = slot.as_ref().and_then(|s| Some((s, s.device()?))) {
+                    let status = self.write_device(slot, sink, &h, rx, stagers)?;
+                    if status != Status::Ok && status != Status::NotApplied {
+                        self.refused("WRITE", &h, status);
+                        rx.discard(h.len).map_err(io_to_disconnect)?;
+                    }
+                    return self.ack(lane, &h, status);
+                }
                 let guard = slot.as_ref().map(|s| s.lock());
                 let status = match guard.as_ref().map(|g| **g) {
                     Some(Some(r)) => match RegisteredSpan::within(&r, h.addr, h.len) {
@@ -184,12 +277,7 @@ impl Shared {
                     self.refused("WRITE", &h, status);
                     rx.discard(h.len).map_err(io_to_disconnect)?;
                 }
-                let mut ack = Header::new(FrameKind::WriteAck);
-                ack.op_id = h.op_id;
-                ack.rkey = h.rkey;
-                ack.addr = h.addr;
-                ack.status = status;
-                self.enqueue(lane, Job::Header(ack))?;
+                self.ack(lane, &h, status)?;
             }
             FrameKind::ReadReq => self.enqueue(lane, Job::ReadResp(h))?,
             FrameKind::WriteAck => {

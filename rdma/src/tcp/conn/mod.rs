@@ -500,6 +500,8 @@ impl Shared {
     fn slot_of(&self, local: &LocalRegion) -> Result<Arc<Slot>> {
         self.keys
             .get(local.lkey())
+            // Device regions are only targets of the peer's WRITEs.
+            .filter(|s| s.device().is_none())
             .filter(|s| {
                 *s.lock()
                     == Some(Range {
@@ -634,6 +636,33 @@ impl Connection for TcpConnection {
                 handle,
             ))
         })
+    }
+
+    unsafe fn register_device(
+        &self,
+        addr: u64,
+        len: usize,
+        sink: Arc<dyn crate::DeviceSink>,
+    ) -> Result<Arc<LocalRegion>> {
+        let start = usize::try_from(addr)
+            .ok()
+            .filter(|a| *a != 0 && len != 0 && a.checked_add(len).is_some())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("cannot register {len} bytes at {addr:#x}"))
+            })?;
+        // Not through the region cache: that one hands out host regions
+        // by range, and a device region must never be taken for one.
+        let (key, handle) = self.shared.keys.insert_device(Range { start, len }, sink);
+        Ok(Arc::new(LocalRegion::new(
+            start as *mut u8,
+            len,
+            addr,
+            key,
+            key,
+            DescriptorTransport::Tcp,
+            0,
+            handle,
+        )))
     }
 
     unsafe fn register_dmabuf(
