@@ -112,13 +112,14 @@ pub trait UserspaceFs: Send + Sync {
         false
     }
     /// Whether a read can place bytes straight into device memory the
-    /// library owns (readahead's device slabs), as [`places_device`] says
-    /// for the caller's memory: the readahead then hands `read` a
-    /// [`UserspaceMem::Rdma`] of the slab. Off unless the filesystem says
-    /// so.
+    /// library hands it within a staged request (a chunk of the caller's
+    /// device memory, or a readahead device slab), as [`places_device`]
+    /// says for a whole request: the staged pipeline then gives `read` a
+    /// [`UserspaceMem::Rdma`] of that memory instead of a pinned bounce
+    /// slab. Off unless the filesystem says so.
     ///
     /// [`places_device`]: UserspaceFs::places_device
-    fn places_device_slabs(&self) -> bool {
+    fn places_device_chunks(&self) -> bool {
         false
     }
     /// Reads up to `buf.len` bytes at `offset`; short only at end of file.
@@ -144,6 +145,30 @@ pub trait UserspaceFs: Send + Sync {
 pub(crate) fn read_into(fs: &dyn UserspaceFs, dst: &mut [u8], offset: u64) -> Result<usize> {
     let len = dst.len();
     let n = fs.read(UserspaceBuf::from_slice(dst), offset)?;
+    at_most(n, len)
+}
+
+/// Reads up to `len` bytes at `offset` of `fs` straight into device memory
+/// at `addr`, which the library lends for the call (a chunk of a staged
+/// request's device memory, or a readahead device slab), for a filesystem
+/// that [places device chunks](UserspaceFs::places_device_chunks) itself.
+pub(crate) fn read_into_device(
+    fs: &dyn UserspaceFs,
+    dst: crate::gpu::LentDevice,
+    len: usize,
+    offset: u64,
+) -> Result<usize> {
+    let buf = UserspaceBuf::vouched(UserspaceMem::Rdma {
+        desc: String::new(),
+        addr: dst.addr(),
+        len,
+        host_ptr: None,
+    });
+    at_most(fs.read(buf, offset)?, len)
+}
+
+/// `n` bytes reported for a `len`-byte read: more is an `InternalError`.
+fn at_most(n: usize, len: usize) -> Result<usize> {
     if n > len {
         return Err(Error::new(
             OpError::InternalError,

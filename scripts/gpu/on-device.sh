@@ -42,8 +42,8 @@ if step tests; then
     for t in "$G"/tests/*; do
         HIPFS_REQUIRE_GPU=1 HIPFS_CHUNK_KB=64 HIPFS_IO_THREADS=5 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_ batch_async:: --test-threads=4 || fail=1
     done
-    say "GPU UserspaceFs tests with the TCP lanes' device staging (HIPFS_TCP_LANE_STAGING=direct, then ahead)"
-    for mode in direct ahead; do
+    say "GPU UserspaceFs tests with the TCP lanes' device staging (HIPFS_TCP_LANE_STAGING=direct, then pipeline)"
+    for mode in direct pipeline; do
         for t in "$G"/tests/*; do
             HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_userspace --test-threads=4 || fail=1
         done

@@ -37,10 +37,10 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         req1g) args=(--request 1G) ;;
         req256m) args=(--request 256M) ;;
         host) mem=() ;;
-        lsahead) env=(HIPFS_TCP_LANE_STAGING=ahead) ;;
+        lspipe) env=(HIPFS_TCP_LANE_STAGING=pipeline) ;;
         lsdirect) env=(HIPFS_TCP_LANE_STAGING=direct) ;;
-        lsahead512k) env=(HIPFS_TCP_LANE_STAGING=ahead HIPFS_TCP_LANE_STAGING_KB=512) ;;
-        lsahead2m) env=(HIPFS_TCP_LANE_STAGING=ahead HIPFS_TCP_LANE_STAGING_KB=2048) ;;
+        lspipe512k) env=(HIPFS_TCP_LANE_STAGING=pipeline HIPFS_TCP_LANE_STAGING_KB=512) ;;
+        lspipe2m) env=(HIPFS_TCP_LANE_STAGING=pipeline HIPFS_TCP_LANE_STAGING_KB=2048) ;;
         lsdirect1g) env=(HIPFS_TCP_LANE_STAGING=direct); args=(--request 1G) ;;
         *) echo "unknown point $point"; continue ;;
     esac

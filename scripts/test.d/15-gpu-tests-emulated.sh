@@ -14,7 +14,7 @@ HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
 # The TCP lanes' device staging (HIPFS_TCP_LANE_STAGING, off by default):
 # the UserspaceFs tests through a real mount again in each mode, which
 # assert that the bytes went through it.
-for mode in direct ahead; do
+for mode in direct pipeline; do
     HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
         cargo test -p hipfs --test it -- gpu_userspace
 done

@@ -661,6 +661,11 @@ impl LentDevice {
     pub(crate) fn vouched(ptr: DevicePtr, len: usize) -> LentDevice {
         LentDevice { ptr, len }
     }
+    /// Where the range starts, for a filesystem that places bytes there
+    /// itself (`UserspaceFs::places_device_chunks`).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.0
+    }
 }
 
 /// A stream handle the caller of an `unsafe` stream-ordered I/O entry

@@ -35,11 +35,11 @@
 //! (`HIPFS_READAHEAD_THREADS` for measuring), kept.
 
 use crate::error::Result;
-use crate::gpu::{DeviceSlot, Event, GpuRuntime, PinnedHost, StagingSlot, Stream};
+use crate::gpu::{DeviceSlot, Event, GpuRuntime, LentDevice, PinnedHost, StagingSlot, Stream};
 use crate::job_pool::{Job, JobPool};
 use crate::lent::Chunks;
 use crate::stats;
-use crate::userspace::{read_into, UserspaceBuf, UserspaceFs, UserspaceMem};
+use crate::userspace::{read_into, read_into_device, UserspaceFs};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
@@ -385,24 +385,11 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor, source: SlabSource)
                 return false;
             }
         };
-        if fs.places_device_slabs() {
+        if fs.places_device_chunks() {
             // The filesystem puts the bytes in the device slab itself
             // (hipfs over TCP with lane staging): no bounce slab.
-            let into = UserspaceBuf::vouched(UserspaceMem::Rdma {
-                desc: String::new(),
-                addr: slab.slot.device_ptr().0,
-                len: piece.len,
-                host_ptr: None,
-            });
-            let got = fs.read(into, piece.off).and_then(|n| {
-                if n > piece.len {
-                    return Err(crate::error::Error::new(
-                        crate::error::OpError::InternalError,
-                        format!("a read of {} bytes reported {n}", piece.len),
-                    ));
-                }
-                Ok(n)
-            });
+            let at = LentDevice::vouched(slab.slot.device_ptr(), piece.len);
+            let got = read_into_device(fs, at, piece.len, piece.off);
             if matches!(got, Ok(0)) {
                 give_slab(slab);
                 return false;

@@ -24,7 +24,7 @@ use crate::error::{Error, OpError, Result};
 use crate::gpu::{self, GpuRuntime, LentDevice};
 use crate::lent::LentSpan;
 use crate::stats::{self, IoPath};
-use crate::userspace::{read_into, UserspaceBuf, UserspaceFs, UserspaceMem};
+use crate::userspace::{read_into, read_into_device, UserspaceBuf, UserspaceFs, UserspaceMem};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -99,6 +99,15 @@ impl Source<'_> {
                 });
                 fs.write(buf, off)
             }
+        }
+    }
+
+    /// The filesystem, if it places reads into device memory chunks
+    /// itself (`UserspaceFs::places_device_chunks`).
+    fn places_device_chunks(&self) -> Option<&dyn UserspaceFs> {
+        match self {
+            Source::Userspace(fs) if fs.places_device_chunks() => Some(*fs),
+            _ => None,
         }
     }
 
@@ -293,6 +302,19 @@ impl Job<'_> {
                 })?;
                 used.push(f);
                 self.put(i, Ok(got), len);
+                continue;
+            }
+            if let Some(fs) = self.src.places_device_chunks() {
+                // The filesystem puts the chunk in the request's device
+                // memory itself (hipfs over TCP with lane staging), and
+                // has when `read` returns: no slab, nothing to enqueue.
+                let t = Instant::now();
+                let r = read_into_device(fs, self.device_range(m, len)?, len, off);
+                prof.file_ns += ns(t);
+                if let Ok(got) = r {
+                    self.deliver(m, got, &mut prof, |_| Ok(()))?;
+                }
+                self.put(i, r, len);
                 continue;
             }
             let slot = &mut lane.slots[k % depth];

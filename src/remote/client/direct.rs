@@ -594,7 +594,7 @@ impl UserspaceFs for RemoteFile {
         }
     }
 
-    fn places_device_slabs(&self) -> bool {
+    fn places_device_chunks(&self) -> bool {
         super::lane_staging::mode() != super::lane_staging::Mode::Off
             && self
                 .client

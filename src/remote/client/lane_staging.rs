@@ -13,11 +13,12 @@
 //! copies to the destination while the lane receives into the other: the
 //! receive buffers of all lanes together stay a few MiB, in the caches.
 //!
-//! Modes: `direct` places every read into device memory this way (no
-//! staged pipeline, hence no readahead); `ahead` keeps the staged pipeline
-//! and its readahead, and fetches ahead straight into the device slabs
-//! this way. `HIPFS_TCP_LANE_STAGING_KB` sets the buffer size (64 to
-//! 16384, default 1024).
+//! Modes: `direct` places every read into device memory this way, whole
+//! (no staged pipeline, hence no readahead); `pipeline` keeps the staged
+//! pipeline and its readahead, and has each chunk placed this way (into
+//! the caller's device memory, or a readahead device slab) instead of
+//! through a bounce slab. `HIPFS_TCP_LANE_STAGING_KB` sets the buffer size
+//! (64 to 16384, default 1024).
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -34,8 +35,8 @@ pub(crate) enum Mode {
     Off,
     /// Every read into device memory.
     Direct,
-    /// Readahead fetches into device slabs only.
-    Ahead,
+    /// Each chunk of the staged pipeline (readahead included).
+    Pipeline,
 }
 
 /// The mode `HIPFS_TCP_LANE_STAGING` asks for (read once; an unknown
@@ -47,10 +48,10 @@ pub(crate) fn mode() -> Mode {
         Ok(v) => match v.trim() {
             "" | "0" | "off" => Mode::Off,
             "direct" => Mode::Direct,
-            "ahead" => Mode::Ahead,
+            "pipeline" => Mode::Pipeline,
             other => {
                 log::warn!(
-                    "HIPFS_TCP_LANE_STAGING={other:?} is not off, direct or ahead; lane staging stays off"
+                    "HIPFS_TCP_LANE_STAGING={other:?} is not off, direct or pipeline; lane staging stays off"
                 );
                 Mode::Off
             }
