@@ -1,6 +1,7 @@
 //! UserspaceFs into device memory: a real `hipfs serve` on loopback and a
 //! real FUSE mount; a handle on the mounted file reads from the server
-//! straight into GPU memory (over TCP: pinned bounce, then the copy engine)
+//! straight into GPU memory (over TCP: pinned bounce, then the copy engine;
+//! with HIPFS_TCP_LANE_STAGING each lane's own pinned buffers)
 //! and writes back from it, checked byte for byte against the exported
 //! file. Runs where a GPU runtime finds a device (the device machine,
 //! through scripts/gpu/on-device.sh) and says why it skips elsewhere.

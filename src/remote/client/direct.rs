@@ -8,8 +8,10 @@
 //! registered with the transport: the server places the bytes there with
 //! `write_remote` (RDMA WRITE on verbs; applied by the receiving thread
 //! straight from the socket on TCP), so no FUSE, no kernel page cache and no
-//! extra copy on this side. Large requests are split into 1 MiB pieces kept
-//! in flight together.
+//! extra copy on this side. Large requests are split into pieces kept in
+//! flight together. Device memory is placed by verbs (`device_reg`), or over
+//! TCP through each lane's pinned staging when `HIPFS_TCP_LANE_STAGING` asks
+//! for it (`lane_staging`); otherwise the library stages it.
 
 mod multi;
 
