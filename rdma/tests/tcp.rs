@@ -9,12 +9,7 @@ use hipfs_rdma::{connect, devices, Error, TransportConfig, TransportKind};
 use suite::*;
 
 fn env() -> Env {
-    Env {
-        kind: TransportKind::Tcp,
-        bind: "127.0.0.1:0".into(),
-        big: 64 << 20,
-        tls: None,
-    }
+    Env::tcp()
 }
 
 #[test]

@@ -10,16 +10,11 @@ mod suite;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hipfs_rdma::{DeviceSink, Error, Result, Stager, TransportKind};
+use hipfs_rdma::{DeviceSink, Error, Result, Stager};
 use suite::*;
 
 fn env() -> Env {
-    Env {
-        kind: TransportKind::Tcp,
-        bind: "127.0.0.1:0".into(),
-        big: 64 << 20,
-        tls: None,
-    }
+    Env::tcp()
 }
 
 /// Bytes per staging buffer: small, so a WRITE spans many pieces.

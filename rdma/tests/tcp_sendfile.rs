@@ -11,16 +11,11 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use hipfs_rdma::{Error, TransportConfig, TransportKind};
+use hipfs_rdma::{Error, TransportConfig};
 use suite::*;
 
 fn env() -> Env {
-    Env {
-        kind: TransportKind::Tcp,
-        bind: "127.0.0.1:0".into(),
-        big: 64 << 20,
-        tls: None,
-    }
+    Env::tcp()
 }
 
 /// Four lanes and 64 KiB chunks, so a few hundred KiB already spread

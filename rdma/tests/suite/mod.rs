@@ -28,6 +28,16 @@ pub struct Env {
 }
 
 impl Env {
+    /// Plain TCP on loopback.
+    pub fn tcp() -> Env {
+        Env {
+            kind: TransportKind::Tcp,
+            bind: "127.0.0.1:0".into(),
+            big: 64 << 20,
+            tls: None,
+        }
+    }
+
     pub fn cfg(&self) -> TransportConfig {
         TransportConfig {
             kind: self.kind,

@@ -454,19 +454,20 @@ pub(crate) fn destination(
     Ok((region, 0))
 }
 
+/// A registration a read into device memory is placed in: the region, the
+/// offset of the read's first byte in it, and what keeps the region alive
+/// for the request.
+type DevicePlace = (
+    Arc<hipfs_rdma::LocalRegion>,
+    u64,
+    Arc<dyn std::any::Any + Send + Sync>,
+);
+
 /// Where the server places a read into device memory `[addr, addr + len)`
 /// on `link`: a driver registration of the buffer, else the allocation's
 /// cached registration; with what keeps the registration alive for the
 /// request. `None`: not registrable here (the caller stages).
-fn device_destination(
-    link: &Arc<Link>,
-    addr: usize,
-    len: usize,
-) -> Option<(
-    Arc<hipfs_rdma::LocalRegion>,
-    u64,
-    Arc<dyn std::any::Any + Send + Sync>,
-)> {
+fn device_destination(link: &Arc<Link>, addr: usize, len: usize) -> Option<DevicePlace> {
     match link.conn.kind() {
         TransportKind::Verbs => {}
         TransportKind::Tcp if super::lane_staging::mode() != super::lane_staging::Mode::Off => {
@@ -490,15 +491,7 @@ fn device_destination(
 
 /// A TCP registration of device memory `[addr, addr + len)` for one read,
 /// received through the lanes' pinned staging (`lane_staging`).
-fn tcp_device_destination(
-    link: &Arc<Link>,
-    addr: usize,
-    len: usize,
-) -> Option<(
-    Arc<hipfs_rdma::LocalRegion>,
-    u64,
-    Arc<dyn std::any::Any + Send + Sync>,
-)> {
+fn tcp_device_destination(link: &Arc<Link>, addr: usize, len: usize) -> Option<DevicePlace> {
     let rt = crate::gpu::runtime();
     let device = crate::gpu::classify(addr).device.max(0);
     let sink = super::lane_staging::sink(rt, device);
