@@ -45,7 +45,7 @@ if step tests; then
     say "GPU UserspaceFs tests with the TCP lanes' device staging (HIPFS_TCP_LANE_STAGING=direct, then pipeline)"
     for mode in direct pipeline; do
         for t in "$G"/tests/*; do
-            HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_userspace --test-threads=4 || fail=1
+            HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_TEST_DIR=$W/t timeout 120 "$t" gpu_userspace --test-threads=1 || fail=1
         done
     done
     rm -rf "$W/t"

@@ -13,8 +13,9 @@ HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
     cargo test -p hipfs --test it --test readahead_budget -- gpu_ batch_async
 # The TCP lanes' device staging (HIPFS_TCP_LANE_STAGING, off by default):
 # the UserspaceFs tests through a real mount again in each mode, which
-# assert that the bytes went through it.
+# assert that the bytes went through it; one at a time, so that the
+# process-wide counters they read count their own bytes only.
 for mode in direct pipeline; do
     HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
-        cargo test -p hipfs --test it -- gpu_userspace
+        cargo test -p hipfs --test it -- gpu_userspace --test-threads=1
 done
