@@ -148,23 +148,22 @@ pub(crate) fn read_into(fs: &dyn UserspaceFs, dst: &mut [u8], offset: u64) -> Re
     at_most(n, len)
 }
 
-/// Reads up to `len` bytes at `offset` of `fs` straight into device memory
-/// at `addr`, which the library lends for the call (a chunk of a staged
+/// Reads up to `dst.len()` bytes at `offset` of `fs` straight into device
+/// memory `dst`, which the library lends for the call (a chunk of a staged
 /// request's device memory, or a readahead device slab), for a filesystem
 /// that [places device chunks](UserspaceFs::places_device_chunks) itself.
 pub(crate) fn read_into_device(
     fs: &dyn UserspaceFs,
     dst: crate::gpu::LentDevice,
-    len: usize,
     offset: u64,
 ) -> Result<usize> {
     let buf = UserspaceBuf::vouched(UserspaceMem::Rdma {
         desc: String::new(),
         addr: dst.addr(),
-        len,
+        len: dst.len(),
         host_ptr: None,
     });
-    at_most(fs.read(buf, offset)?, len)
+    at_most(fs.read(buf, offset)?, dst.len())
 }
 
 /// `n` bytes reported for a `len`-byte read: more is an `InternalError`.

@@ -208,30 +208,31 @@ impl DeviceSpan {
         rx: &mut crate::tcp::stream::RxStream,
     ) -> std::io::Result<crate::Result<()>> {
         let mut done = 0u64;
-        while done < self.len {
+        let mut failed = None;
+        while done < self.len && failed.is_none() {
             let want = usize::try_from(self.len - done).unwrap_or(usize::MAX);
             let buf = match stager.next_buf(want) {
                 Ok(b) => b,
                 Err(e) => {
-                    let _ = stager.flush();
-                    rx.discard(self.len - done)?;
-                    return Ok(Err(e));
+                    failed = Some(e);
+                    break;
                 }
             };
             let n = buf.len().min(want);
             rx.recv_bytes(&mut buf[..n])?;
+            done += n as u64;
             // SAFETY: inside the registered device range (checked by
             // `within`), which the caller keeps registered (it holds the
             // slot's lock) until this returns, after `flush`.
-            if let Err(e) = unsafe { stager.copy_out(self.addr + done, n) } {
-                // No copy may run once the caller lets the region go.
-                let _ = stager.flush();
-                rx.discard(self.len - done - n as u64)?;
-                return Ok(Err(e));
-            }
-            done += n as u64;
+            failed = unsafe { stager.copy_out(self.addr + done - n as u64, n) }.err();
         }
-        Ok(stager.flush())
+        // On every path: no copy may run once the caller lets the region go.
+        let flushed = stager.flush();
+        rx.discard(self.len - done)?;
+        Ok(match failed {
+            Some(e) => Err(e),
+            None => flushed,
+        })
     }
 }
 

@@ -666,6 +666,10 @@ impl LentDevice {
     pub(crate) fn addr(&self) -> u64 {
         self.ptr.0
     }
+    /// Bytes in the range.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
 }
 
 /// A stream handle the caller of an `unsafe` stream-ordered I/O entry

@@ -389,7 +389,7 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor, source: SlabSource)
             // The filesystem puts the bytes in the device slab itself
             // (hipfs over TCP with lane staging): no bounce slab.
             let at = LentDevice::vouched(slab.slot.device_ptr(), piece.len);
-            let got = read_into_device(fs, at, piece.len, piece.off);
+            let got = read_into_device(fs, at, piece.off);
             if matches!(got, Ok(0)) {
                 give_slab(slab);
                 return false;

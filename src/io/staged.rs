@@ -163,6 +163,7 @@ fn pipeline(
         ahead,
         chunk,
         slab: plan.slab,
+        placer: src.places_device_chunks(),
     };
     workers::run_parallel(lanes.lanes.len(), &|w| {
         let mut lane = lanes.lanes[w].lock().unwrap_or_else(|p| p.into_inner());
@@ -244,6 +245,9 @@ struct Job<'a> {
     /// Bytes per chunk, and per new slab.
     chunk: usize,
     slab: usize,
+    /// The filesystem, when it places chunks in device memory itself
+    /// (asked once per request): workers then use no slab.
+    placer: Option<&'a dyn UserspaceFs>,
 }
 
 fn ns(t: Instant) -> u64 {
@@ -304,12 +308,12 @@ impl Job<'_> {
                 self.put(i, Ok(got), len);
                 continue;
             }
-            if let Some(fs) = self.src.places_device_chunks() {
+            if let Some(fs) = self.placer {
                 // The filesystem puts the chunk in the request's device
                 // memory itself (hipfs over TCP with lane staging), and
                 // has when `read` returns: no slab, nothing to enqueue.
                 let t = Instant::now();
-                let r = read_into_device(fs, self.device_range(m, len)?, len, off);
+                let r = read_into_device(fs, self.device_range(m, len)?, off);
                 prof.file_ns += ns(t);
                 if let Ok(got) = r {
                     self.deliver(m, got, &mut prof, |_| Ok(()))?;

@@ -39,16 +39,34 @@ pub struct Slot {
 }
 
 impl Slot {
-    /// The sink of a device region (`None`: host memory, which the CPU may
-    /// reach through the range).
-    pub fn device(&self) -> Option<&Arc<dyn DeviceSink>> {
-        self.device.as_ref()
+    /// The live range, held for as long as the guard lives.
+    pub fn lock(&self) -> SlotGuard<'_> {
+        SlotGuard {
+            range: self.range.read().unwrap_or_else(|p| p.into_inner()),
+            device: self.device.as_ref(),
+        }
+    }
+}
+
+/// A slot's range, held (deregistration waits) while the guard lives, and
+/// handed out by what memory it is: a host path can never reach a device
+/// range, nor a device path a host one.
+pub struct SlotGuard<'a> {
+    range: RwLockReadGuard<'a, Option<Range>>,
+    device: Option<&'a Arc<dyn DeviceSink>>,
+}
+
+impl SlotGuard<'_> {
+    /// A live host range (`None`: deregistered, or device memory, which
+    /// the CPU must not touch).
+    pub fn host(&self) -> Option<Range> {
+        self.device.is_none().then_some(*self.range).flatten()
     }
 
-    /// The live range (None once deregistered), held for as long as the
-    /// guard lives.
-    pub fn lock(&self) -> RwLockReadGuard<'_, Option<Range>> {
-        self.range.read().unwrap_or_else(|p| p.into_inner())
+    /// A live device range and the sink its bytes go through (`None`:
+    /// deregistered, or host memory).
+    pub fn device(&self) -> Option<(Range, &Arc<dyn DeviceSink>)> {
+        Some(((*self.range)?, self.device?))
     }
 }
 
@@ -148,10 +166,10 @@ mod tests {
             len: 100,
         });
         let slot = t.get(k).unwrap();
-        assert!(slot.lock().is_some());
+        assert!(slot.lock().host().is_some());
         drop(h);
         assert!(t.get(k).is_none());
-        assert!(slot.lock().is_none());
+        assert!(slot.lock().host().is_none());
     }
 
     #[test]

@@ -74,6 +74,9 @@ pub fn recv_array<const N: usize>(fd: RawFd) -> io::Result<[u8; N]> {
 /// Reads and throws away `len` bytes (the payload of a refused frame, so
 /// the stream stays in step).
 pub fn discard(fd: RawFd, mut len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
     let mut scratch = vec![0u8; 64 * 1024];
     while len > 0 {
         let n = len.min(scratch.len() as u64) as usize;

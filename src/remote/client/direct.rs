@@ -313,43 +313,15 @@ impl RemoteFile {
     fn read_into_device(&self, addr: usize, len: usize, offset: u64) -> Result<usize> {
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
         let piece_len = read_piece_len();
-        let count = len.div_ceil(piece_len);
-        let piece = |i: usize| {
+        let results = in_flight(0..len.div_ceil(piece_len), self.parallel(), |i| {
             let at = i * piece_len;
             let n = piece_len.min(len - at);
             let r = self.client.within(Some(deadline), false, false, || {
                 self.read_device_piece(addr + at, n, offset + at as u64)
             });
             (r, n)
-        };
-        let results: Vec<(std::result::Result<usize, i32>, usize)> = if count <= 1 {
-            (0..count).map(piece).collect()
-        } else {
-            let next = std::sync::atomic::AtomicUsize::new(0);
-            let out = Mutex::new(vec![(Ok(0), 0); count]);
-            std::thread::scope(|s| {
-                for _ in 0..self.parallel().min(count) {
-                    s.spawn(|| loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if i >= count {
-                            break;
-                        }
-                        let r = piece(i);
-                        out.lock().unwrap_or_else(|p| p.into_inner())[i] = r;
-                    });
-                }
-            });
-            out.into_inner().unwrap_or_else(|p| p.into_inner())
-        };
-        let mut done = 0;
-        for (r, n) in results {
-            let got = r.map_err(|e| io_err(e, "read into device memory"))?;
-            done += got;
-            if got < n {
-                break;
-            }
-        }
-        Ok(done)
+        });
+        contiguous_prefix(results, "read into device memory")
     }
 
     fn read_device_piece(
@@ -452,6 +424,58 @@ pub(crate) fn destination(
         libc::ENOMEM
     })?;
     Ok((region, 0))
+}
+
+/// Runs `f` on every piece, up to `threads` at once, and returns the
+/// results in the pieces' order. Each piece is handed out once, so the
+/// threads own disjoint memory. Scoped threads, not the I/O pool: a staged
+/// worker of that pool may be the caller, and waiting there for more of
+/// its jobs could deadlock.
+fn in_flight<T: Send, R: Send>(
+    pieces: impl ExactSizeIterator<Item = T> + Send,
+    threads: usize,
+    f: impl Fn(T) -> R + Sync,
+) -> Vec<R> {
+    let count = pieces.len();
+    if count <= 1 || threads <= 1 {
+        return pieces.map(f).collect();
+    }
+    let pieces = Mutex::new(pieces.enumerate());
+    let out: Mutex<Vec<Option<R>>> = Mutex::new((0..count).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(count) {
+            s.spawn(|| loop {
+                let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
+                let Some((i, piece)) = next else { break };
+                let r = f(piece);
+                out.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
+            });
+        }
+    });
+    // Every piece ran (a panicking thread would have ended the scope with it).
+    out.into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The bytes of a call made of pieces, from each piece's result and length:
+/// the contiguous prefix, up to the first short piece; an error before it
+/// fails the call.
+fn contiguous_prefix(
+    results: Vec<(std::result::Result<usize, i32>, usize)>,
+    what: &str,
+) -> Result<usize> {
+    let mut total = 0;
+    for (r, len) in results {
+        let n = r.map_err(|e| io_err(e, what))?;
+        total += n;
+        if n < len {
+            break;
+        }
+    }
+    Ok(total)
 }
 
 /// A registration a read into device memory is placed in: the region, the
@@ -609,47 +633,22 @@ impl UserspaceFs for RemoteFile {
         }
         let mem = lent::host_bytes_mut(&mut buf).ok_or_else(no_host_alias)?;
         let piece_len = read_piece_len();
-        let lens: Vec<usize> = mem.chunks(piece_len).map(<[u8]>::len).collect();
-        let at = |i: usize| offset + (i * piece_len) as u64;
         // One deadline for the whole call: pieces queued behind others (more
         // pieces than lanes) or retried after a reconnect get what is left
         // of it, so `timeout` bounds the hipFile read, not each piece.
         let deadline = std::time::Instant::now() + self.client.cfg.timeout;
-        let piece = |piece: &mut [u8], at: u64| {
-            self.client
-                .within(Some(deadline), false, false, || self.read_piece(piece, at))
-        };
-        let results: Vec<std::result::Result<usize, i32>> = if lens.len() <= 1 {
-            mem.chunks_mut(piece_len)
-                .enumerate()
-                .map(|(i, p)| piece(p, at(i)))
-                .collect()
-        } else {
-            // Each piece is handed out once, so the threads own disjoint memory.
-            let pieces = Mutex::new(mem.chunks_mut(piece_len).enumerate());
-            let out = Mutex::new(vec![Ok(0); lens.len()]);
-            std::thread::scope(|s| {
-                for _ in 0..self.parallel().min(lens.len()) {
-                    s.spawn(|| loop {
-                        let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
-                        let Some((i, p)) = next else { break };
-                        let r = piece(p, at(i));
-                        out.lock().unwrap_or_else(|p| p.into_inner())[i] = r;
-                    });
-                }
-            });
-            out.into_inner().unwrap_or_else(|p| p.into_inner())
-        };
-        // The answer is the contiguous prefix: stop at the first short piece.
-        let mut total = 0;
-        for (r, &l) in results.into_iter().zip(&lens) {
-            let n = r.map_err(|e| io_err(e, "read"))?;
-            total += n;
-            if n < l {
-                break;
-            }
-        }
-        Ok(total)
+        let results = in_flight(
+            mem.chunks_mut(piece_len).enumerate(),
+            self.parallel(),
+            |(i, p)| {
+                let at = offset + (i * piece_len) as u64;
+                let r = self
+                    .client
+                    .within(Some(deadline), false, false, || self.read_piece(p, at));
+                (r, p.len())
+            },
+        );
+        contiguous_prefix(results, "read")
     }
 
     fn write(&self, buf: UserspaceBuf, offset: u64) -> Result<usize> {

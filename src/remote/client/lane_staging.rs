@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use hipfs_rdma::{DeviceSink, Stager};
 
-use crate::error::{Error, OpError};
+use crate::error::Error;
 use crate::gpu::{DevicePtr, Event, GpuRuntime, LentDevice, PinnedHost, StagingSlot, Stream};
 use crate::stats;
 
@@ -115,7 +115,7 @@ impl DeviceSink for LaneSink {
         };
         make()
             .map(|s| Box::new(s) as Box<dyn Stager>)
-            .map_err(|e| hipfs_rdma::Error::Unsupported(format!("lane staging: {e}")))
+            .map_err(to_transport)
     }
 }
 
@@ -145,15 +145,10 @@ impl Stager for LaneStager {
         // The transport's promise (registered device memory, kept until
         // `flush` returned) is the lent-memory module's here: the range
         // was registered by `lent::register_device_staged_with`.
+        // `copy_to_device` refuses a length past the buffer.
         let target = LentDevice::vouched(DevicePtr(dst), len);
-        let slot = &mut self.slots[self.next];
-        if len > slot.len() {
-            return Err(to_transport(Error::new(
-                OpError::InternalError,
-                format!("{len} bytes do not fit a {}-byte lane buffer", slot.len()),
-            )));
-        }
-        slot.copy_to_device(target, &self.stream)
+        self.slots[self.next]
+            .copy_to_device(target, &self.stream)
             .map_err(to_transport)?;
         stats::record_lane_staged(len);
         self.next = 1 - self.next;

@@ -9,7 +9,6 @@ use crossbeam_channel::{select, Receiver};
 
 use super::super::frame::{FrameKind, Header, Status, HEADER_LEN};
 use super::super::gate::cost;
-use super::super::regions::Slot;
 use super::super::stream::{RxStream, TxStream};
 use super::{io_to_disconnect, send_header, Job, Pending, Shared};
 use crate::mem::{DeviceSpan, RegisteredSpan};
@@ -81,7 +80,10 @@ impl Shared {
             Job::Write { hdr, slot, local } => {
                 let guard = slot.lock();
                 // The slot lock (held by `guard`) keeps the region registered.
-                match guard.and_then(|r| RegisteredSpan::within(&r, local, hdr.len)) {
+                match guard
+                    .host()
+                    .and_then(|r| RegisteredSpan::within(&r, local, hdr.len))
+                {
                     Some(span) => {
                         send_header(tx, &hdr, true)?;
                         span.send(tx, false)?;
@@ -117,10 +119,10 @@ impl Shared {
                 h.rkey = req.rkey;
                 h.addr = req.addr;
                 h.len = req.len;
-                // Device regions are WRITE targets only.
-                let slot = self.keys.get(req.rkey).filter(|s| s.device().is_none());
+                let slot = self.keys.get(req.rkey);
                 let guard = slot.as_ref().map(|s| s.lock());
-                let src = match guard.as_ref().map(|g| **g) {
+                // Host regions only: a device region is a WRITE target.
+                let src = match guard.as_ref().map(|g| g.host()) {
                     Some(Some(r)) => match RegisteredSpan::within(&r, req.addr, req.len) {
                         Some(span) => Some(span),
                         None => {
@@ -196,29 +198,21 @@ impl Shared {
         }
     }
 
-    /// Receives a WRITE into the device region of `slot` (`sink`'s), if
-    /// the range lies inside it.
+    /// Receives a WRITE's bytes into a device region through the lane's
+    /// stager for `sink`: `Ok` once copied, `NotApplied` (bytes read off
+    /// the stream, logged) if the stager could not be had or failed.
     fn write_device(
         &self,
-        slot: &Slot,
+        span: DeviceSpan,
         sink: &Arc<dyn DeviceSink>,
         h: &Header,
         rx: &mut RxStream,
         stagers: &mut Stagers,
     ) -> Result<Status> {
-        let guard = slot.lock();
-        let span = match *guard {
-            Some(r) => match DeviceSpan::within(&r, h.addr, h.len) {
-                Some(span) => span,
-                None => return Ok(Status::OutOfRange),
-            },
-            None => return Ok(Status::UnknownKey),
-        };
         let Some(stager) = stagers.get(sink) else {
             rx.discard(h.len).map_err(io_to_disconnect)?;
             return Ok(Status::NotApplied);
         };
-        // Under the slot lock (`guard`), so still registered.
         match span.recv(stager, rx).map_err(io_to_disconnect)? {
             Ok(()) => Ok(Status::Ok),
             Err(e) => {
@@ -252,28 +246,30 @@ impl Shared {
             }
             FrameKind::Write => {
                 let slot = self.keys.get(h.rkey);
-                if let Some((slot, sink)) = slot.as_ref().and_then(|s| Some((s, s.device()?))) {
-                    let status = self.write_device(slot, sink, &h, rx, stagers)?;
-                    if status != Status::Ok && status != Status::NotApplied {
-                        self.refused("WRITE", &h, status);
-                        rx.discard(h.len).map_err(io_to_disconnect)?;
-                    }
-                    return self.ack(lane, &h, status);
-                }
                 let guard = slot.as_ref().map(|s| s.lock());
-                let status = match guard.as_ref().map(|g| **g) {
-                    Some(Some(r)) => match RegisteredSpan::within(&r, h.addr, h.len) {
+                let (host, device) = match &guard {
+                    Some(g) => (g.host(), g.device()),
+                    None => (None, None),
+                };
+                // Under the slot lock (`guard`), so still registered.
+                let status = if let Some(r) = host {
+                    match RegisteredSpan::within(&r, h.addr, h.len) {
                         Some(span) => {
-                            // Under the slot lock (`guard`), so still registered.
                             span.recv(rx).map_err(io_to_disconnect)?;
                             Status::Ok
                         }
                         None => Status::OutOfRange,
-                    },
-                    _ => Status::UnknownKey,
+                    }
+                } else if let Some((r, sink)) = device {
+                    match DeviceSpan::within(&r, h.addr, h.len) {
+                        Some(span) => self.write_device(span, sink, &h, rx, stagers)?,
+                        None => Status::OutOfRange,
+                    }
+                } else {
+                    Status::UnknownKey
                 };
                 drop(guard);
-                if status != Status::Ok {
+                if matches!(status, Status::OutOfRange | Status::UnknownKey) {
                     self.refused("WRITE", &h, status);
                     rx.discard(h.len).map_err(io_to_disconnect)?;
                 }
@@ -303,7 +299,10 @@ impl Shared {
                         )));
                     } else {
                         let guard = slot.lock();
-                        match guard.and_then(|r| RegisteredSpan::within(&r, local, len)) {
+                        match guard
+                            .host()
+                            .and_then(|r| RegisteredSpan::within(&r, local, len))
+                        {
                             Some(span) => {
                                 // Under the slot lock (`guard`), so still registered.
                                 span.recv(rx).map_err(io_to_disconnect)?;

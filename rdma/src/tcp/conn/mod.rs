@@ -500,10 +500,10 @@ impl Shared {
     fn slot_of(&self, local: &LocalRegion) -> Result<Arc<Slot>> {
         self.keys
             .get(local.lkey())
-            // Device regions are only targets of the peer's WRITEs.
-            .filter(|s| s.device().is_none())
+            // Host regions only: device regions are targets of the peer's
+            // WRITEs and nothing else.
             .filter(|s| {
-                *s.lock()
+                s.lock().host()
                     == Some(Range {
                         start: local.ptr() as usize,
                         len: local.len(),
