@@ -31,6 +31,7 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         chunk2m) env=(HIPFS_CHUNK_KB=2048) ;;
         chunk1m) env=(HIPFS_CHUNK_KB=1024) ;;
         depth4) env=(HIPFS_BOUNCE_DEPTH=4) ;;
+        pinreg) env=(HIPFS_BOUNCE_PIN=register) ;;
         threads8) env=(HIPFS_READAHEAD_THREADS=8) ;;
         threads16) env=(HIPFS_READAHEAD_THREADS=16) ;;
         threads48) env=(HIPFS_READAHEAD_THREADS=48) ;;

@@ -19,3 +19,8 @@ for mode in direct pipeline; do
     HIPFS_TCP_LANE_STAGING=$mode HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
         cargo test -p hipfs --test it -- gpu_userspace --test-threads=1
 done
+# Bounce and readahead slabs pinned by registering huge-page-advised memory
+# (HIPFS_BOUNCE_PIN=register, a measuring knob) instead of the runtime's
+# pinned allocator: the same UserspaceFs tests.
+HIPFS_BOUNCE_PIN=register HIPFS_REQUIRE_GPU=1 HIPFS_GPU_RUNTIME=pinnable-test \
+    cargo test -p hipfs --test it -- gpu_userspace --test-threads=1

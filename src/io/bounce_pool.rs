@@ -10,6 +10,8 @@
 //! (`alloc`: the runtime's pinned allocator, the default; `register`:
 //! anonymous memory advised to use transparent huge pages, then pinned by
 //! the runtime, which makes the CPU's copy into it touch fewer TLB entries).
+//! The pin mode holds for the lanes' slabs here and readahead's bounce
+//! slabs ([`pinned_slab`]).
 
 use crate::config::{Config, SizeTParam};
 use crate::error::{Error, OpError, Result};
@@ -114,6 +116,12 @@ fn pinned_buf(rt: &'static dyn GpuRuntime, len: usize, pin: PinMode) -> Result<P
         PinMode::Alloc => PinnedHost::alloc(rt, len),
         PinMode::Register => PinnedHost::map_and_register(rt, len),
     }
+}
+
+/// A pinned bounce slab of at least `len` bytes, pinned as
+/// `HIPFS_BOUNCE_PIN` says (for slabs outside the lanes: readahead's).
+pub(crate) fn pinned_slab(rt: &'static dyn GpuRuntime, len: usize) -> Result<PinnedBuf> {
+    pinned_buf(rt, len, tunables().pin)
 }
 
 /// One slab and the event recorded after the last copy that used it.

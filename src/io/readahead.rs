@@ -35,7 +35,7 @@
 //! (`HIPFS_READAHEAD_THREADS` for measuring), kept.
 
 use crate::error::Result;
-use crate::gpu::{DeviceSlot, Event, GpuRuntime, LentDevice, PinnedHost, StagingSlot, Stream};
+use crate::gpu::{DeviceSlot, Event, GpuRuntime, LentDevice, StagingSlot, Stream};
 use crate::job_pool::{Job, JobPool};
 use crate::lent::Chunks;
 use crate::stats;
@@ -256,7 +256,7 @@ fn bounce(source: SlabSource, len: usize) -> Result<Bounce> {
         }
     }
     let _bound = source.rt.bind(source.device)?;
-    let buf = PinnedHost::alloc(source.rt, source.slab.max(len))?;
+    let buf = super::bounce_pool::pinned_slab(source.rt, source.slab.max(len))?;
     let event = Event::new(source.rt, source.device)?;
     Ok(Bounce {
         slot: StagingSlot::new(buf, event),
