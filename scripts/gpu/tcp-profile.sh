@@ -6,6 +6,7 @@
 #   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
 # A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
 # build, for an A/B in one run); "host" reads into host memory instead.
+# PROFILE_REQUEST (e.g. 4M) sets every point's request size.
 set -u
 cd "$(dirname "$0")/../.."
 G=$PWD/.gpu/bin/hipfs
@@ -19,7 +20,7 @@ nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | h
 vmstat 1 > "$LOG/vmstat.log" 2>&1 &
 vm=$!
 for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m depth4 req1g}; do
-    env=(); args=(); bin=$G; mem=(--gpu)
+    env=(); args=(${PROFILE_REQUEST:+--request "$PROFILE_REQUEST"}); bin=$G; mem=(--gpu)
     case $point in
         default) ;;
         other) bin=${PROFILE_OTHER_BIN:?set PROFILE_OTHER_BIN} ;;

@@ -7,10 +7,12 @@
 //! 16-core machine the pipeline's workers were busy only 70-76% of the
 //! time. Readahead keeps the network busy across requests: once a read that
 //! continues a sequential run has handed out its last chunk, the chunks the
-//! next read of the same size would have are fetched by threads of their
-//! own, so the request can finish without waiting for them. The next read
-//! copies them to its buffer on the device and fetches only what is not
-//! there.
+//! next reads of the same size would have are fetched by threads of their
+//! own, as many reads ahead as the window holds (one read of 64 MiB, or
+//! sixteen of 4 MiB), so the request can finish without waiting for them.
+//! Each later read copies its chunks to its buffer on the device, fetches
+//! only what is not there, and tops the window up again: the window slides
+//! along the file one read at a time.
 //!
 //! Where fetched chunks wait: in device memory. A fetch receives into a
 //! pinned bounce slab, copies it to a device slab of the window at once and
@@ -28,8 +30,8 @@
 //! meantime (through any handle of the process: files are told apart by
 //! `UserspaceFs::identify`). Anything else is dropped and read again.
 //!
-//! Bounds: a window holds at most `HIPFS_READAHEAD_MB` (default 64, `0`
-//! turns readahead off) and all windows together at most [`BUDGET`] of
+//! Bounds: a window holds at most `HIPFS_READAHEAD_MB` of slabs (default
+//! 64, `0` turns readahead off) and all windows together at most [`BUDGET`] of
 //! device memory; slabs are reused across windows and kept once made.
 //! Bounce slabs: one per running fetch, at most [`MAX_THREADS`]
 //! (`HIPFS_READAHEAD_THREADS` for measuring), kept.
@@ -285,6 +287,8 @@ pub(crate) struct SlabSource {
 pub(crate) struct Piece {
     off: u64,
     len: usize,
+    /// Device bytes its slab counts against the window's cap.
+    held: usize,
     asked: Instant,
     /// The file's write counter, and its value when the piece was asked for.
     writes: (&'static AtomicU64, u64),
@@ -346,6 +350,12 @@ impl Piece {
                 None
             }
         }
+    }
+
+    /// Whether its fetch ended too long ago for the bytes to be used.
+    fn stale(&self) -> bool {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(*st, PieceState::Fetched(_, _, at) if at.elapsed() > MAX_AGE)
     }
 
     fn finish(&self, slab: AheadSlab, got: Result<usize>) {
@@ -442,8 +452,22 @@ pub struct Readahead {
 struct Window {
     /// Where the last read ended: a read starting there is sequential.
     last_end: Option<u64>,
-    /// Chunks fetched for the read expected next, by file offset.
+    /// Chunks fetched for the reads expected next, by file offset.
     pieces: HashMap<u64, Arc<Piece>>,
+    /// Where the fetches have got to, once the window has any.
+    frontier: Option<Frontier>,
+}
+
+/// The next chunk a window would fetch: chunk `index` of the expected read
+/// of `size` bytes at `read`, cut into chunks of `chunk` bytes; and the
+/// file's write counter when the window's pieces were asked for.
+#[derive(Clone, Copy)]
+struct Frontier {
+    read: u64,
+    size: usize,
+    chunk: usize,
+    index: usize,
+    writes: u64,
 }
 
 /// A read's view of the readahead: the chunks fetched for it, and whether
@@ -485,21 +509,44 @@ impl Readahead {
     }
 
     /// A read of `size` bytes at `off` begins: takes what was fetched for
-    /// it (everything else in the window is dropped).
+    /// it. What was fetched past it stays in the window if the read
+    /// continues the run; everything else is dropped.
     pub(crate) fn begin(&self, off: u64, size: usize) -> Begun {
+        let end = off + size as u64;
         let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
-        // A run starts at the file's start or where the last read ended.
-        let sequential = off == 0 || w.last_end == Some(off);
-        w.last_end = Some(off + size as u64);
+        // A run starts at the file's start or where the last read ended;
+        // only the second keeps what the window fetched further on.
+        let continues = w.last_end == Some(off);
+        w.last_end = Some(end);
+        if !continues {
+            w.frontier = None;
+        }
+        let mut mine = HashMap::new();
+        let mut dropped = Vec::new();
+        for (at, piece) in std::mem::take(&mut w.pieces) {
+            if (off..end).contains(&at) {
+                mine.insert(at, piece);
+            } else if continues && at >= end {
+                w.pieces.insert(at, piece);
+            } else {
+                dropped.push(piece);
+            }
+        }
+        drop(w);
+        // Dropped with no lock held: a fetched piece gives its slab back.
+        drop(dropped);
         Begun {
-            pieces: std::mem::take(&mut w.pieces),
-            sequential,
+            pieces: mine,
+            sequential: off == 0 || continues,
         }
     }
 
-    /// Fetches, in the background, the chunks of `chunk` bytes the read of
-    /// `size` bytes at `next` would have (up to the window), into slabs
-    /// from `slabs`, unless a read has begun since or readahead is off.
+    /// Fetches, in the background, the chunks of `chunk` bytes that the
+    /// reads of `size` bytes from `next` on would have, into slabs from
+    /// `slabs`, until the window holds its cap; unless a read has begun
+    /// since or readahead is off. Goes on from where the window's fetches
+    /// got to while they still serve such reads; otherwise drops them and
+    /// starts at `next`.
     pub(crate) fn launch(
         &self,
         fs: &Arc<dyn UserspaceFs>,
@@ -509,26 +556,52 @@ impl Readahead {
         chunk: usize,
     ) {
         let cap = window_cap();
+        let writes_now = self.writes.load(Ordering::SeqCst);
         let mut w = self.win.lock().unwrap_or_else(|p| p.into_inner());
-        if w.last_end != Some(next) || !w.pieces.is_empty() {
+        if w.last_end != Some(next) || size == 0 {
             // Another read of this file came in between.
             return;
         }
-        let chunks = Chunks::new(next, size, chunk);
-        let writes = (self.writes, self.writes.load(Ordering::SeqCst));
-        let mut bytes = 0usize;
-        for i in 0..chunks.count() {
-            let (off, len, _) = chunks.get(i);
-            if bytes + len > cap {
+        let resume = w.frontier.filter(|f| {
+            (f.size, f.chunk, f.writes) == (size, chunk, writes_now)
+                && f.read >= next
+                && (f.read - next) % size as u64 == 0
+                && !w.pieces.values().any(|p| p.stale())
+        });
+        let mut dropped = Vec::new();
+        let mut at = resume.unwrap_or_else(|| {
+            dropped.extend(w.pieces.drain().map(|(_, p)| p));
+            Frontier {
+                read: next,
+                size,
+                chunk,
+                index: 0,
+                writes: writes_now,
+            }
+        });
+        let writes = (self.writes, writes_now);
+        let mut held: usize = w.pieces.values().map(|p| p.held).sum();
+        loop {
+            let chunks = Chunks::new(at.read, size, chunk);
+            if at.index == chunks.count() {
+                at.read += size as u64;
+                at.index = 0;
+                continue;
+            }
+            let (off, len, _) = chunks.get(at.index);
+            let hold = slabs.slab.max(len);
+            if held + hold > cap {
                 break;
             }
             let Some(s) = slab_for(slabs, len) else {
                 break;
             };
-            bytes += len;
+            held += hold;
+            at.index += 1;
             let piece = Arc::new(Piece {
                 off,
                 len,
+                held: hold,
                 asked: Instant::now(),
                 writes,
                 state: Mutex::new(PieceState::Fetching),
@@ -538,6 +611,9 @@ impl Readahead {
             let fs = fs.clone();
             submit(Box::new(move || fetch(&*fs, &piece, s, slabs)));
         }
+        w.frontier = Some(at);
+        drop(w);
+        drop(dropped);
     }
 }
 

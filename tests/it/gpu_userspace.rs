@@ -232,6 +232,73 @@ fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
     not(hipfs_gpu),
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
+fn small_sequential_reads_are_fetched_several_reads_ahead() {
+    let rt = gpu_and_fuse();
+    let _d = Driver::open().unwrap();
+    let fx = Fixture::new();
+    let step = 2 << 20;
+    let size = 24 * step + 999;
+    let data = pattern(37, size);
+    fs::write(fx.e("small"), &data).unwrap();
+    let dev = Dev::filled(rt, step, 0x11);
+    // A whole pass: the window slides along the file one read at a time.
+    let fh = open_us(&fx.m("small"), libc::O_RDONLY);
+    let before = hipfs::stats::snapshot();
+    for off in (0..size).step_by(step) {
+        let want = &data[off..(off + step).min(size)];
+        read_checked(&fh, &dev, off, step, want, "sequential read");
+    }
+    read_checked(&fh, &dev, size, step, &[], "read past the end");
+    if lane_staging() == "direct" {
+        // Nothing is fetched ahead on the direct path; the bytes were checked.
+        return;
+    }
+    let used = hipfs::stats::snapshot().readahead_used - before.readahead_used;
+    // Every read from the second on found its bytes fetched (the last
+    // one's 999 bytes count too).
+    assert!(
+        used >= 23 * step as u64,
+        "bytes fetched ahead and used: {used}, want at least {}",
+        23 * step
+    );
+    // Another handle reads one step and then starts a new run: what its
+    // window fetched is dropped, and it reached more than one read ahead.
+    let fh = open_us(&fx.m("small"), libc::O_RDONLY);
+    let before = hipfs::stats::snapshot();
+    read_checked(&fh, &dev, 0, step, &data[..step], "first read");
+    read_checked(
+        &fh,
+        &dev,
+        20 * step,
+        step,
+        &data[20 * step..21 * step],
+        "a read elsewhere",
+    );
+    // Pieces still being fetched count once their fetch ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let dropped = loop {
+        let d = hipfs::stats::snapshot().readahead_dropped - before.readahead_dropped;
+        if d >= 3 * step as u64 || std::time::Instant::now() > deadline {
+            break d;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(
+        dropped >= 3 * step as u64,
+        "bytes fetched ahead of one read and dropped: {dropped}, want at least {}",
+        3 * step
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+#[cfg_attr(
+    not(hipfs_gpu),
+    ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
+)]
 fn bytes_fetched_ahead_are_not_used_after_a_write_or_once_too_old() {
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
