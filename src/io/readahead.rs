@@ -565,7 +565,7 @@ impl Readahead {
         let resume = w.frontier.filter(|f| {
             (f.size, f.chunk, f.writes) == (size, chunk, writes_now)
                 && f.read >= next
-                && (f.read - next) % size as u64 == 0
+                && (f.read - next).is_multiple_of(size as u64)
                 && !w.pieces.values().any(|p| p.stale())
         });
         let mut dropped = Vec::new();

@@ -168,6 +168,17 @@ fn read_checked(
     assert!(dev.fetch_at(0, n) == want, "{what}: bytes at {off}");
 }
 
+/// Reads all of `data` (the file `fh` is a handle on) in reads of `step`
+/// bytes from its start, each into the start of `dev`, checks each, and
+/// then reads past the end: nothing, not stale readahead.
+fn read_through(fh: &hipfs::FileHandle, dev: &Dev, data: &[u8], step: usize) {
+    for off in (0..data.len()).step_by(step) {
+        let want = &data[off..(off + step).min(data.len())];
+        read_checked(fh, dev, off, step, want, "sequential read");
+    }
+    read_checked(fh, dev, data.len(), step, &[], "read past the end");
+}
+
 #[test]
 #[cfg_attr(
     not(hipfs_fuse),
@@ -188,10 +199,7 @@ fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
     let fh = open_us(&fx.m("seq"), libc::O_RDONLY);
     let dev = Dev::filled(rt, step, 0x3c);
     let before = hipfs::stats::snapshot();
-    for off in (0..size).step_by(step) {
-        let want = &data[off..(off + step).min(size)];
-        read_checked(&fh, &dev, off, step, want, "sequential read");
-    }
+    read_through(&fh, &dev, &data, step);
     let after = hipfs::stats::snapshot();
     let used = after.readahead_used - before.readahead_used;
     let staged = after.lane_staged - before.lane_staged;
@@ -219,8 +227,6 @@ fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
             assert_eq!(staged, 0, "lane staging is off");
         }
     }
-    // Past the end of the file: nothing, not stale readahead.
-    read_checked(&fh, &dev, size, step, &[], "read past the end");
 }
 
 #[test]
@@ -244,11 +250,7 @@ fn small_sequential_reads_are_fetched_several_reads_ahead() {
     // A whole pass: the window slides along the file one read at a time.
     let fh = open_us(&fx.m("small"), libc::O_RDONLY);
     let before = hipfs::stats::snapshot();
-    for off in (0..size).step_by(step) {
-        let want = &data[off..(off + step).min(size)];
-        read_checked(&fh, &dev, off, step, want, "sequential read");
-    }
-    read_checked(&fh, &dev, size, step, &[], "read past the end");
+    read_through(&fh, &dev, &data, step);
     if lane_staging() == "direct" {
         // Nothing is fetched ahead on the direct path; the bytes were checked.
         return;
