@@ -8,8 +8,9 @@
 //! time. Readahead keeps the network busy across requests: once a read that
 //! continues a sequential run has handed out its last chunk, the chunks the
 //! next reads of the same size would have are fetched by threads of their
-//! own, as many reads ahead as the window holds (one read of 64 MiB, or
-//! sixteen of 4 MiB), so the request can finish without waiting for them.
+//! own, so the request can finish without waiting for them: one read ahead
+//! when the run begins, twice as far with each read that continues it, up
+//! to what the window holds (one read of 64 MiB, or sixteen of 4 MiB).
 //! Each later read copies its chunks to its buffer on the device, fetches
 //! only what is not there, and tops the window up again: the window slides
 //! along the file one read at a time.
@@ -456,6 +457,21 @@ struct Window {
     pieces: HashMap<u64, Arc<Piece>>,
     /// Where the fetches have got to, once the window has any.
     frontier: Option<Frontier>,
+    /// Slab bytes the window may hold now: one read's when a run starts,
+    /// doubled by each read that continues it, up to the cap.
+    reach: usize,
+}
+
+/// A window's reach for a read whose chunks take `one_read` slab bytes:
+/// one read ahead when its run starts (`reach` 0), then twice the last
+/// reach, never more than `cap`. A short run wastes little; a long one
+/// soon keeps the whole window in flight.
+fn grown(reach: usize, one_read: usize, cap: usize) -> usize {
+    if reach == 0 {
+        one_read.min(cap)
+    } else {
+        reach.saturating_mul(2).max(one_read).min(cap)
+    }
 }
 
 /// The next chunk a window would fetch: chunk `index` of the expected read
@@ -520,6 +536,7 @@ impl Readahead {
         w.last_end = Some(end);
         if !continues {
             w.frontier = None;
+            w.reach = 0;
         }
         let mut mine = HashMap::new();
         let mut dropped = Vec::new();
@@ -580,6 +597,12 @@ impl Readahead {
             }
         });
         let writes = (self.writes, writes_now);
+        let next_read = Chunks::new(next, size, chunk);
+        let one_read = (0..next_read.count())
+            .map(|i| slabs.slab.max(next_read.get(i).1))
+            .sum();
+        w.reach = grown(w.reach, one_read, cap);
+        let reach = w.reach;
         let mut held: usize = w.pieces.values().map(|p| p.held).sum();
         loop {
             let chunks = Chunks::new(at.read, size, chunk);
@@ -590,7 +613,7 @@ impl Readahead {
             }
             let (off, len, _) = chunks.get(at.index);
             let hold = slabs.slab.max(len);
-            if held + hold > cap {
+            if held + hold > reach {
                 break;
             }
             let Some(s) = slab_for(slabs, len) else {
@@ -657,6 +680,22 @@ mod tests {
         let before = b.writes.load(Ordering::SeqCst);
         a.note_write();
         assert_eq!(b.writes.load(Ordering::SeqCst), before + 1);
+    }
+
+    #[test]
+    fn the_reach_starts_at_one_read_and_doubles_up_to_the_cap() {
+        const M: usize = 1 << 20;
+        let mut reach = 0;
+        let mut seen = Vec::new();
+        for _ in 0..6 {
+            reach = grown(reach, 4 * M, 64 * M);
+            seen.push(reach / M);
+        }
+        assert_eq!(seen, [4, 8, 16, 32, 64, 64]);
+        // A read larger than the cap: the cap.
+        assert_eq!(grown(0, 256 * M, 64 * M), 64 * M);
+        // A run that goes on with larger reads: at least one of them.
+        assert_eq!(grown(8 * M, 64 * M, 64 * M), 64 * M);
     }
 
     #[test]

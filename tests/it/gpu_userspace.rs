@@ -263,11 +263,22 @@ fn small_sequential_reads_are_fetched_several_reads_ahead() {
         "bytes fetched ahead and used: {used}, want at least {}",
         23 * step
     );
-    // Another handle reads one step and then starts a new run: what its
-    // window fetched is dropped, and it reached more than one read ahead.
+    // Another handle reads a few steps and then starts a new run: what its
+    // window fetched is dropped, and by then it reached more than one read
+    // ahead (one when the run began, doubling with each read since).
     let fh = open_us(&fx.m("small"), libc::O_RDONLY);
     let before = hipfs::stats::snapshot();
-    read_checked(&fh, &dev, 0, step, &data[..step], "first read");
+    for k in 0..4 {
+        let at = k * step;
+        read_checked(
+            &fh,
+            &dev,
+            at,
+            step,
+            &data[at..at + step],
+            "a read of the run",
+        );
+    }
     read_checked(
         &fh,
         &dev,
