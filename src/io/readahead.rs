@@ -467,11 +467,7 @@ struct Window {
 /// reach, never more than `cap`. A short run wastes little; a long one
 /// soon keeps the whole window in flight.
 fn grown(reach: usize, one_read: usize, cap: usize) -> usize {
-    if reach == 0 {
-        one_read.min(cap)
-    } else {
-        reach.saturating_mul(2).max(one_read).min(cap)
-    }
+    reach.saturating_mul(2).max(one_read).min(cap)
 }
 
 /// The next chunk a window would fetch: chunk `index` of the expected read

@@ -22,6 +22,15 @@ fn gpu_and_fuse() -> &'static dyn hipfs::gpu::GpuRuntime {
     rt
 }
 
+/// Held by each test of this module for its whole run: they all read
+/// through the process-wide readahead and lane staging, and some assert on
+/// those counters, so another test's bytes must not count for them even
+/// when the harness runs tests in parallel.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// `HIPFS_TCP_LANE_STAGING` of this run (scripts/test.d/15 runs these
 /// tests in each mode): `direct` reads place every byte through the TCP
 /// lanes' pinned staging and bypass the staged pipeline, so nothing is
@@ -42,6 +51,7 @@ fn lane_staging() -> String {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn userspace_reads_into_device_memory_match_the_exported_file() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -94,6 +104,7 @@ fn userspace_reads_into_device_memory_match_the_exported_file() {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn userspace_writes_from_device_memory_land_in_the_exported_file() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -128,6 +139,7 @@ fn userspace_writes_from_device_memory_land_in_the_exported_file() {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn threads_read_disjoint_pieces_into_one_device_buffer() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -189,6 +201,7 @@ fn read_through(fh: &hipfs::FileHandle, dev: &Dev, data: &[u8], step: usize) {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -239,6 +252,7 @@ fn sequential_reads_into_device_memory_are_fetched_ahead_and_match_the_file() {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn small_sequential_reads_are_fetched_several_reads_ahead() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -313,6 +327,7 @@ fn small_sequential_reads_are_fetched_several_reads_ahead() {
     ignore = "needs a GPU (scripts/gpu/; HIPFS_REQUIRE_GPU=1 makes a missing one a failure)"
 )]
 fn bytes_fetched_ahead_are_not_used_after_a_write_or_once_too_old() {
+    let _one = one_at_a_time();
     let rt = gpu_and_fuse();
     let _d = Driver::open().unwrap();
     let fx = Fixture::new();
@@ -462,6 +477,7 @@ impl hipfs::userspace::UserspaceFs for FlakyAheadFs {
 fn readahead_that_fails_or_panics_costs_the_reader_only_a_read_of_its_own() {
     use std::os::fd::AsRawFd;
     use std::sync::atomic::Ordering;
+    let _one = one_at_a_time();
     let rt = gpu();
     let _d = Driver::open().unwrap();
     let step = 8 << 20;
