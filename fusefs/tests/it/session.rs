@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{errno, mount_memfs, require_fuse};
 use hipfs_fusefs::{
-    identify_fd, invalidate_fd, is_hipfs_fd, is_mounted, mount, Backend, Credentials, MemFs,
-    MountConfig, ROOT_INO,
+    identify_fd, invalidate_fd, is_hipfs_fd, is_mounted, mount, unmount_path, Backend, Credentials,
+    MemFs, MountConfig, ROOT_INO,
 };
 
 #[test]
@@ -176,11 +176,43 @@ fn a_mount_whose_process_dies_is_removed_by_auto_unmount() {
     // Generous: the helper's unmount can wait behind other tests' mounts and
     // unmounts (one of them keeps a handler stuck for 7 s); seen past 10 s
     // once in the full suite on 2 cores.
-    let deadline = Instant::now() + Duration::from_secs(45);
+    const GRACE: Duration = Duration::from_secs(45);
+    let deadline = Instant::now() + GRACE;
     while is_mounted(dir.path()).unwrap() {
-        assert!(Instant::now() < deadline, "mount outlived its process");
+        if Instant::now() >= deadline {
+            // Say why before failing, and leave no dead mount on the machine: a stale
+            // mount was once found after a failed run.
+            let why = auto_unmount_diagnosis(dir.path());
+            let _ = unmount_path(dir.path());
+            panic!("mount outlived its process by {GRACE:?}: {why}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// What the failed auto-unmount left: how the mount point answers now (fusermount3 unmounts
+/// only a mount whose connection is gone, `ENOTCONN`) and the fusermount3 processes still
+/// watching a mount.
+fn auto_unmount_diagnosis(dir: &std::path::Path) -> String {
+    let opened = match fs::File::open(dir) {
+        Ok(_) => "opening the mount point succeeds (the connection is still served)".to_string(),
+        Err(e) => format!("opening the mount point fails: {e}"),
+    };
+    let mut watchers = Vec::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmd) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.starts_with("fusermount") {
+            watchers.push(format!(
+                "{} ({})",
+                cmd.trim(),
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    format!("{opened}; fusermount processes: {watchers:?}")
 }
 
 const HELPER_ENV: &str = "HIPFS_FUSEFS_TEST_HELPER_MOUNT";
