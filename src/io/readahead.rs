@@ -141,7 +141,7 @@ fn slab_for(source: SlabSource, len: usize) -> Option<SlabFor> {
     if let Some(s) = free_slab(source.device, len) {
         return Some(SlabFor::Free(s));
     }
-    let bytes = source.slab.max(len);
+    let bytes = source.bytes_for(len);
     let claimed = HELD.fetch_add(bytes, Ordering::Relaxed);
     if claimed + bytes > BUDGET {
         HELD.fetch_sub(bytes, Ordering::Relaxed);
@@ -259,7 +259,7 @@ fn bounce(source: SlabSource, len: usize) -> Result<Bounce> {
         }
     }
     let _bound = source.rt.bind(source.device)?;
-    let buf = super::bounce_pool::pinned_slab(source.rt, source.slab.max(len))?;
+    let buf = super::bounce_pool::pinned_slab(source.rt, source.bytes_for(len))?;
     let event = Event::new(source.rt, source.device)?;
     Ok(Bounce {
         slot: StagingSlot::new(buf, event),
@@ -282,6 +282,14 @@ pub(crate) struct SlabSource {
     pub rt: &'static dyn GpuRuntime,
     pub device: i32,
     pub slab: usize,
+}
+
+impl SlabSource {
+    /// The bytes of the slab a chunk of `len` bytes takes: a whole slab,
+    /// or the chunk where it is larger.
+    fn bytes_for(self, len: usize) -> usize {
+        self.slab.max(len)
+    }
 }
 
 /// One chunk fetched (or being fetched) ahead.
@@ -595,7 +603,7 @@ impl Readahead {
         let writes = (self.writes, writes_now);
         let next_read = Chunks::new(next, size, chunk);
         let one_read = (0..next_read.count())
-            .map(|i| slabs.slab.max(next_read.get(i).1))
+            .map(|i| slabs.bytes_for(next_read.get(i).1))
             .sum();
         w.reach = grown(w.reach, one_read, cap);
         let reach = w.reach;
@@ -608,7 +616,7 @@ impl Readahead {
                 continue;
             }
             let (off, len, _) = chunks.get(at.index);
-            let hold = slabs.slab.max(len);
+            let hold = slabs.bytes_for(len);
             if held + hold > reach {
                 break;
             }
