@@ -126,8 +126,9 @@ fn a_direct_write_is_seen_at_once_by_readers_through_the_mount_with_its_new_size
 }
 
 /// Runs `child` (an ignored test below) in a fresh process with `env`:
-/// the switch is process-wide and read when the driver opens.
-fn run_child(child: &str, file: &Path, env: &[(&str, &str)]) {
+/// the switch is process-wide and read when the driver opens. Returns its
+/// output (stdout and stderr).
+fn run_child(child: &str, file: &Path, env: &[(&str, &str)]) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -147,6 +148,7 @@ fn run_child(child: &str, file: &Path, env: &[(&str, &str)]) {
     );
     assert!(out.status.success(), "{child}: {text}");
     assert!(text.contains("1 passed"), "{child} did not run: {text}");
+    text
 }
 
 #[test]
@@ -199,4 +201,51 @@ fn child_reads_the_file_through_an_opaque_fd_handle() {
     assert!(got == pattern(9, 3 << 20));
     let remote = hipfs::stats::snapshot().remote;
     assert_eq!(remote.read_bytes, 0, "no byte came from the direct path");
+}
+
+#[test]
+#[cfg_attr(
+    not(hipfs_fuse),
+    ignore = "needs FUSE: root and /dev/fuse (HIPFS_REQUIRE_FUSE=1 makes a missing one a failure)"
+)]
+fn closing_a_direct_handle_is_not_logged_as_a_lost_connection() {
+    require_fuse!();
+    let fx = Fixture::new();
+    let data = pattern(9, 3 << 20);
+    fs::write(fx.e("closing"), &data).unwrap();
+    let text = run_child(
+        "remote_opaque_fd::child_reads_directly_then_closes_the_handle",
+        &fx.m("closing"),
+        &[(
+            "RUST_LOG",
+            "hipfs::handle=info,hipfs::remote::client::link=debug",
+        )],
+    );
+    assert!(
+        text.contains("direct path to the server"),
+        "the child's log: {text}"
+    );
+    // The reply reader saw its connection end (debug), and did not call it
+    // lost (info): the handle's own close is not a failure.
+    assert!(text.contains("closed by this client"), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("INFO") && l.contains("client::link]")),
+        "{text}"
+    );
+}
+
+#[test]
+#[ignore = "run by closing_a_direct_handle_is_not_logged_as_a_lost_connection in its own process"]
+fn child_reads_directly_then_closes_the_handle() {
+    let _ = env_logger::try_init();
+    let file = std::env::var_os("HIPFS_CHILD_FILE").expect("HIPFS_CHILD_FILE");
+    let _d = Driver::open().unwrap();
+    let fh = open_opaque(Path::new(&file), libc::O_RDONLY);
+    assert!(read_at(&fh, 4 << 20, 0) == pattern(9, 3 << 20));
+    assert!(hipfs::stats::snapshot().remote.read_bytes > 0);
+    drop(fh);
+    // The reply reader logs from its own thread once the close reaches it.
+    std::thread::sleep(std::time::Duration::from_millis(500));
 }

@@ -283,6 +283,15 @@ impl Link {
                     }
                 }
                 Err(hipfs_rdma::Error::Timeout(_)) => continue,
+                // kill() ran first: this client closed the link (its
+                // owner went, or a reason was logged where it was killed).
+                Err(e) if self.is_dead() => {
+                    log::debug!(
+                        "connection to {} closed by this client ({e})",
+                        self.conn.peer_addr()
+                    );
+                    break;
+                }
                 Err(e) => {
                     log::info!("connection to {} lost: {e}", self.conn.peer_addr());
                     break;
