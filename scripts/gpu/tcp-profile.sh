@@ -25,6 +25,7 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         default) ;;
         other) bin=${PROFILE_OTHER_BIN:?set PROFILE_OTHER_BIN} ;;
         ahead0) env=(HIPFS_READAHEAD_MB=0) ;;
+        ahead64) env=(HIPFS_READAHEAD_MB=64) ;;
         ahead128) env=(HIPFS_READAHEAD_MB=128) ;;
         ahead256) env=(HIPFS_READAHEAD_MB=256) ;;
         lanes8) env=(HIPFS_REMOTE_LANES=8) ;;
