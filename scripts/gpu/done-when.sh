@@ -5,7 +5,8 @@
 # probe (tcp-profile.sh, 64 MiB requests), the safetensors loader on the
 # local disk and on a hipfs mount, the GPU tests with the async reproducer;
 # then, if time is left, the 4 MiB readahead A/B against $OLD_HIPFS (an
-# older build carried in .gpu/, optional) and a two-read window.
+# older build carried in .gpu/, optional) and the 64 MiB window (one read
+# ahead, the default until 2026-12-07) beside the default 128 MiB.
 #   run(command="bash scripts/gpu/done-when.sh", carry=[".gpu"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/../.."
@@ -24,6 +25,6 @@ if [ -x "${OLD_HIPFS:-}" ]; then
     OUT=$O/ab PROFILE_REQUEST=4M PROFILE_OTHER_BIN=$OLD_HIPFS PROFILE_POINTS="default other" timeout 200 \
         bash scripts/gpu/tcp-profile.sh 2>&1 | grep -E '^==|UserspaceFs|OpaqueFd|sockets at once'
 fi
-echo "#### 64 MiB requests, 128 MiB window (two reads ahead)"
-OUT=$O/ahead PROFILE_POINTS=ahead128 timeout 120 bash scripts/gpu/tcp-profile.sh 2>&1 | grep -E '^==|UserspaceFs|OpaqueFd|sockets'
+echo "#### 64 MiB requests, 64 MiB window (one read ahead) beside the default"
+OUT=$O/ahead PROFILE_POINTS="ahead64 default" timeout 120 bash scripts/gpu/tcp-profile.sh 2>&1 | grep -E '^==|UserspaceFs|OpaqueFd|sockets'
 echo "#### end $(date +%T)"
