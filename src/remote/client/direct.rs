@@ -430,7 +430,9 @@ pub(crate) fn destination(
 /// results in the pieces' order. Each piece is handed out once, so the
 /// threads own disjoint memory. Scoped threads, not the I/O pool: a staged
 /// worker of that pool may be the caller, and waiting there for more of
-/// its jobs could deadlock.
+/// its jobs could deadlock. The caller takes pieces too: one thread fewer
+/// to start, and where none can start the call still completes, on the
+/// caller alone.
 fn in_flight<T: Send, R: Send>(
     pieces: impl ExactSizeIterator<Item = T> + Send,
     threads: usize,
@@ -442,15 +444,23 @@ fn in_flight<T: Send, R: Send>(
     }
     let pieces = Mutex::new(pieces.enumerate());
     let out: Mutex<Vec<Option<R>>> = Mutex::new((0..count).map(|_| None).collect());
+    let work = || loop {
+        let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
+        let Some((i, piece)) = next else { break };
+        let r = f(piece);
+        out.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
+    };
     std::thread::scope(|s| {
-        for _ in 0..threads.min(count) {
-            s.spawn(|| loop {
-                let next = pieces.lock().unwrap_or_else(|p| p.into_inner()).next();
-                let Some((i, piece)) = next else { break };
-                let r = f(piece);
-                out.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(r);
-            });
+        for _ in 1..threads.min(count) {
+            let started = std::thread::Builder::new()
+                .name("hipfs-piece".into())
+                .spawn_scoped(s, work);
+            if let Err(e) = started {
+                log::debug!("no thread for more pieces in flight: {e}");
+                break;
+            }
         }
+        work();
     });
     // Every piece ran (a panicking thread would have ended the scope with it).
     out.into_inner()
