@@ -7,6 +7,8 @@
 # A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
 # build, for an A/B in one run); "host" reads into host memory instead.
 # PROFILE_REQUEST (e.g. 4M) sets every point's request size.
+# PROFILE_THREADS=1 runs each point under scripts/gpu/thread-cpu.py: the CPU
+# seconds of the bench's threads by name (receivers, fetchers, senders).
 set -u
 cd "$(dirname "$0")/../.."
 G=$PWD/.gpu/bin/hipfs
@@ -49,7 +51,8 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         *) echo "unknown point $point"; continue ;;
     esac
     echo "== $point ${env[*]} ${args[*]} ($(date +%T))"
-    env "${env[@]}" timeout 150 "$bin" bench userspace "$F" "${mem[@]}" --repeats 3 --more-ceilings "${args[@]}"
+    wrap=(); [ "${PROFILE_THREADS:-0}" = 1 ] && wrap=(python3 scripts/gpu/thread-cpu.py --)
+    env "${env[@]}" timeout 150 "${wrap[@]}" "$bin" bench userspace "$F" "${mem[@]}" --repeats 3 --more-ceilings "${args[@]}"
 done
 kill $vm
 echo "== vmstat (us sy id wa per second)"
