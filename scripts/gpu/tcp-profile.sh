@@ -21,6 +21,7 @@ nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | h
 [ -f "$F" ] || "$G" bench userspace "$F" --create 4G --repeats 1 >/dev/null 2>&1 || head -c 4G /dev/urandom > "$F"
 vmstat 1 > "$LOG/vmstat.log" 2>&1 &
 vm=$!
+wrap=(); [ "${PROFILE_THREADS:-0}" = 1 ] && wrap=(python3 scripts/gpu/thread-cpu.py --)
 for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m depth4 req1g}; do
     env=(); args=(${PROFILE_REQUEST:+--request "$PROFILE_REQUEST"}); bin=$G; mem=(--gpu)
     case $point in
@@ -51,7 +52,6 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         *) echo "unknown point $point"; continue ;;
     esac
     echo "== $point ${env[*]} ${args[*]} ($(date +%T))"
-    wrap=(); [ "${PROFILE_THREADS:-0}" = 1 ] && wrap=(python3 scripts/gpu/thread-cpu.py --)
     env "${env[@]}" timeout 150 "${wrap[@]}" "$bin" bench userspace "$F" "${mem[@]}" --repeats 3 --more-ceilings "${args[@]}"
 done
 kill $vm

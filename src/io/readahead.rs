@@ -72,10 +72,8 @@ fn max_threads() -> usize {
     })
 }
 /// The default window, MiB: two 64 MiB reads, so each of 16 lanes has a
-/// second chunk queued behind the one it carries. On lent H100 and H200
-/// machines (2026-12-07, 4 GiB file, 64 MiB requests into device memory)
-/// 128 gave 18.41-18.73 GiB/s in three rounds where 64 gave 16.14-19.12,
-/// and 22.68 against 20.34 on the H200 (README, "GPU machine").
+/// second chunk queued behind the one it carries (measured against 64 and
+/// 256: README, "GPU machine", the window's size).
 const DEFAULT_WINDOW_MB: usize = 128;
 
 /// The window cap in bytes (`HIPFS_READAHEAD_MB`, read once; 0 = off).
