@@ -7,13 +7,20 @@
 # then, if time is left, the 4 MiB readahead A/B against $OLD_HIPFS (an
 # older build carried in .gpu/, optional) and the 64 MiB window (one read
 # ahead, the default until 2026-12-07) beside the default 128 MiB.
+# DONE_POINTS (tcp-profile.sh points, default "default") sets the first
+# step's points (PROFILE_THREADS=1 in the environment adds their threads'
+# CPU seconds);
+# DONE_AHEAD=0 skips the last step.
 #   run(command="bash scripts/gpu/done-when.sh", carry=[".gpu"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/done-when}
 mkdir -p "$O/profile" "$O/loader" "$O/tests" "$O/ab" "$O/ahead"
-echo "#### 64 MiB requests, default client"
-OUT=$O/profile PROFILE_POINTS=default timeout 170 bash scripts/gpu/tcp-profile.sh 2>&1 | grep -vE '^\s*$' | tail -25
+points=${DONE_POINTS:-default}
+set -- $points
+echo "#### 64 MiB requests: $points"
+OUT=$O/profile PROFILE_POINTS=$points timeout $((170 * $#)) bash scripts/gpu/tcp-profile.sh 2>&1 |
+    grep -vE '^\s*$' | tail -$((40 * $#))
 echo "#### loader (${LOADER_GIB:-2} GiB)"
 OUT=$O/loader HIPFS_LOADER_SIZE_GIB=${LOADER_GIB:-2} HIPFS_GPU_STEPS=loader timeout 200 \
     bash scripts/gpu/on-device.sh 2>&1 | grep -vE '^\s*$' | tail -25
@@ -25,6 +32,7 @@ if [ -x "${OLD_HIPFS:-}" ]; then
     OUT=$O/ab PROFILE_REQUEST=4M PROFILE_OTHER_BIN=$OLD_HIPFS PROFILE_POINTS="default other" timeout 200 \
         bash scripts/gpu/tcp-profile.sh 2>&1 | grep -E '^==|UserspaceFs|OpaqueFd|sockets at once'
 fi
+[ "${DONE_AHEAD:-1}" = 0 ] && { echo "#### end $(date +%T)"; exit 0; }
 echo "#### 64 MiB requests, 64 MiB window (one read ahead) beside the default"
 OUT=$O/ahead PROFILE_POINTS="ahead64 default" timeout 120 bash scripts/gpu/tcp-profile.sh 2>&1 | grep -E '^==|UserspaceFs|OpaqueFd|sockets'
 echo "#### end $(date +%T)"

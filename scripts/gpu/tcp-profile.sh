@@ -38,6 +38,9 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         chunk1m) env=(HIPFS_CHUNK_KB=1024) ;;
         depth4) env=(HIPFS_BOUNCE_DEPTH=4) ;;
         pinreg) env=(HIPFS_BOUNCE_PIN=register) ;;
+        spin0) env=(HIPFS_CUDA_SPIN=0) ;;
+        stripe256k) env=(HIPFS_TCP_STRIPE_KB=256) ;;
+        stripe4m) env=(HIPFS_TCP_STRIPE_KB=4096) ;;
         threads8) env=(HIPFS_READAHEAD_THREADS=8) ;;
         threads16) env=(HIPFS_READAHEAD_THREADS=16) ;;
         threads48) env=(HIPFS_READAHEAD_THREADS=48) ;;

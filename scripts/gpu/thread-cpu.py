@@ -6,21 +6,28 @@
 Where `perf` is missing (the device machine has none), this answers the first
 question of a throughput gap: which threads burn the cores (socket receivers,
 readahead fetchers, staging workers, the server's senders) and which wait.
-Every 50 ms it reads /proc/PID/task/*/stat of the command and of every
-process it started, keeps each thread's last user+system time, and at the
-end sums them by thread name with digits folded (hipfs-tcp-rx3 counts as
-hipfs-tcp-rx#). A thread that ends between two samples loses at most its
-last 50 ms. The whole run is one table: the bench's ceilings, FUSE and
-direct phases are mixed, so compare tables of runs that differ in one
-setting.
+Every 20 ms it reads /proc/PID/task/*/schedstat (nanoseconds on a CPU) of the
+command and of every process it started, keeps each thread's last figure,
+and at the end sums them by thread name with digits folded (hipfs-tcp-rx3
+counts as hipfs-tcp-rx#). A thread that ends between two samples loses at
+most its last 20 ms.
+
+Phases: the bench logs `begin NAME` and `end NAME` (log target
+`hipfs_bench_phase`; this script turns it on in RUST_LOG) around each timed
+part: the UserspaceFs reads, the OPAQUE_FD reads, each loopback ceiling.
+At each mark the threads are sampled at once, and each phase gets a table
+of its own: the CPU seconds spent between its marks, summed over its rounds
+after the first (the bench's warm-up round, which it does not time either),
+beside the phase's wall time times the CPUs. The whole run's table follows.
 """
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
-TICK = os.sysconf("SC_CLK_TCK")
+MARK = re.compile(r"hipfs_bench_phase\]\s+(begin|end)\s+(\S+)")
 
 
 def children_of(roots):
@@ -47,24 +54,62 @@ def children_of(roots):
     return found
 
 
-def sample(pids, seen):
-    """Updates seen[(pid, tid)] = (name, cpu seconds) for every thread."""
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
+class Threads:
+    """The last CPU figure seen of every thread, by (pid, tid)."""
+
+    def __init__(self, root):
+        self.root = root
+        self.pids = {root}
+        self.seen = {}
+        self.lock = threading.Lock()
+
+    def sample(self, rescan=False):
+        """Reads every thread's name and nanoseconds on a CPU; returns a copy."""
+        if rescan:
+            self.pids = children_of({self.root})
+        got = {}
+        for pid in list(self.pids):
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    s = f.read()
+                tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
                 continue
-            name = s[s.index("(") + 1 : s.rindex(")")]
-            rest = s[s.rindex(")") + 2 :].split()
-            # utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
-            secs = (int(rest[11]) + int(rest[12])) / TICK
-            seen[(pid, int(tid))] = (name, secs)
+            for tid in tids:
+                base = f"/proc/{pid}/task/{tid}"
+                try:
+                    with open(f"{base}/comm") as f:
+                        name = f.read().strip()
+                    with open(f"{base}/schedstat") as f:
+                        ns = int(f.read().split()[0])
+                except (OSError, ValueError, IndexError):
+                    continue
+                got[(pid, int(tid))] = (name, ns)
+        with self.lock:
+            self.seen.update(got)
+            return dict(self.seen)
+
+
+def by_name(delta):
+    """{thread name with digits folded: (threads, CPU seconds)}."""
+    out = {}
+    for name, ns in delta:
+        key = re.sub(r"\d+", "#", name)
+        n, total = out.get(key, (0, 0.0))
+        out[key] = (n + 1, total + ns / 1e9)
+    return out
+
+
+def table(title, wall, names):
+    cpus = os.cpu_count() or 1
+    total = sum(t for _, t in names.values())
+    print(
+        f"== {title}: {wall:.2f} s wall x {cpus} CPUs; threads used {total:.2f} CPU s "
+        f"({100 * total / max(wall * cpus, 1e-9):.0f}% of the machine)"
+    )
+    print(f"{'thread name':<24}{'threads':>8}{'CPU s':>9}{'of all':>8}")
+    for key, (n, secs) in sorted(names.items(), key=lambda kv: -kv[1][1]):
+        if secs < 0.005 * max(total, 1e-9):
+            continue
+        print(f"{key:<24}{n:>8}{secs:>9.2f}{100 * secs / max(total, 1e-9):>7.0f}%")
 
 
 def main():
@@ -74,26 +119,56 @@ def main():
     if not args:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    seen = {}
+    env = dict(os.environ)
+    env["RUST_LOG"] = ",".join(
+        x for x in (env.get("RUST_LOG", "warn"), "hipfs_bench_phase=info") if x
+    )
     start = time.monotonic()
-    proc = subprocess.Popen(args)
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env, text=True)
+    threads = Threads(proc.pid)
+    # phase name -> [rounds seen, wall seconds, {(pid, tid): (name, ns)} summed]
+    phases = {}
+    open_marks = {}
+
+    def read_marks():
+        for line in proc.stderr:
+            m = MARK.search(line)
+            if not m:
+                sys.stderr.write(line)
+                continue
+            what, name = m.groups()
+            now = time.monotonic()
+            snap = threads.sample()
+            if what == "begin":
+                open_marks[name] = (now, snap)
+                continue
+            if name not in open_marks:
+                continue
+            t0, before = open_marks.pop(name)
+            rec = phases.setdefault(name, [0, 0.0, {}])
+            rec[0] += 1
+            if rec[0] == 1:
+                continue  # the warm-up round
+            rec[1] += now - t0
+            for key, (tname, ns) in snap.items():
+                spent = ns - before.get(key, (tname, 0))[1]
+                if spent > 0:
+                    old = rec[2].get(key, (tname, 0))[1]
+                    rec[2][key] = (tname, old + spent)
+
+    reader = threading.Thread(target=read_marks, daemon=True)
+    reader.start()
+    n = 0
     while proc.poll() is None:
-        sample(children_of({proc.pid}), seen)
-        time.sleep(0.05)
+        threads.sample(rescan=n % 25 == 0)
+        n += 1
+        time.sleep(0.02)
+    reader.join(timeout=5)
     wall = time.monotonic() - start
-    by_name = {}
-    for name, secs in seen.values():
-        key = re.sub(r"\d+", "#", name)
-        n, total = by_name.get(key, (0, 0.0))
-        by_name[key] = (n + 1, total + secs)
-    cpus = os.cpu_count() or 1
-    total = sum(t for _, t in by_name.values())
-    print(f"== thread CPU: {wall:.1f} s wall x {cpus} CPUs; threads used {total:.1f} CPU s ({100 * total / (wall * cpus):.0f}% of the machine)")
-    print(f"{'thread name':<24}{'threads':>8}{'CPU s':>9}{'of all':>8}")
-    for key, (n, secs) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
-        if secs < 0.005 * max(total, 1e-9):
-            continue
-        print(f"{key:<24}{n:>8}{secs:>9.2f}{100 * secs / max(total, 1e-9):>7.0f}%")
+    for name, (rounds, secs, spent) in phases.items():
+        if rounds > 1:
+            table(f"phase {name}, {rounds - 1} rounds", secs, by_name(spent.values()))
+    table("thread CPU, whole run", wall, by_name(threads.sample().values()))
     return proc.returncode
 
 

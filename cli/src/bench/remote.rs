@@ -372,12 +372,15 @@ where
     let sockets = sockets.max(1);
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
-    let writers: Vec<_> = (0..sockets as u64)
+    // Named apart from the client's and server's threads for thread-cpu.py.
+    let writers = (0..sockets as u64)
         .map(|i| {
             let send = send.clone();
-            std::thread::spawn(move || send(i, std::net::TcpStream::connect(addr)?))
+            std::thread::Builder::new()
+                .name("ceiling-tx".into())
+                .spawn(move || send(i, std::net::TcpStream::connect(addr)?))
         })
-        .collect();
+        .collect::<std::io::Result<Vec<_>>>()?;
     let mut streams = Vec::with_capacity(sockets);
     for _ in 0..sockets {
         streams.push(l.accept()?.0);
@@ -389,24 +392,26 @@ where
             .into_iter()
             .zip(bufs.iter_mut())
             .map(|(mut r, buf)| {
-                scope.spawn(move || -> std::io::Result<u64> {
-                    let (mut got, mut at) = (0u64, 0usize);
-                    loop {
-                        if at == buf.len() {
-                            at = 0;
+                std::thread::Builder::new()
+                    .name("ceiling-rx".into())
+                    .spawn_scoped(scope, move || -> std::io::Result<u64> {
+                        let (mut got, mut at) = (0u64, 0usize);
+                        loop {
+                            if at == buf.len() {
+                                at = 0;
+                            }
+                            let end = (at + (4 << 20)).min(buf.len());
+                            let n = r.read(&mut buf[at..end])?;
+                            if n == 0 {
+                                break;
+                            }
+                            got += n as u64;
+                            at += n;
                         }
-                        let end = (at + (4 << 20)).min(buf.len());
-                        let n = r.read(&mut buf[at..end])?;
-                        if n == 0 {
-                            break;
-                        }
-                        got += n as u64;
-                        at += n;
-                    }
-                    Ok(got)
-                })
+                        Ok(got)
+                    })
             })
-            .collect();
+            .collect::<std::io::Result<Vec<_>>>()?;
         let mut got = 0u64;
         for r in readers {
             got += r
@@ -426,6 +431,24 @@ where
         )));
     }
     Ok(got as f64 / secs / (1u64 << 30) as f64)
+}
+
+/// A timed part of a bench run, logged at its start and end (target
+/// `hipfs_bench_phase`, info) so that `scripts/gpu/thread-cpu.py` can charge
+/// each thread's CPU time to the part it was spent in.
+struct Phase(&'static str);
+
+impl Phase {
+    fn begin(name: &'static str) -> Phase {
+        log::info!(target: "hipfs_bench_phase", "begin {name}");
+        Phase(name)
+    }
+}
+
+impl Drop for Phase {
+    fn drop(&mut self) {
+        log::info!(target: "hipfs_bench_phase", "end {}", self.0);
+    }
 }
 
 /// Where [`read_with_handle`] puts the bytes.
@@ -451,6 +474,7 @@ fn read_with_handle(
     kind: hipfs::FileHandleType,
     request: usize,
     memory: BenchMemory,
+    phase: &'static str,
 ) -> Result<(u64, u64, f64), RemoteError> {
     let to_remote = |e: hipfs::Error| RemoteError::Config(e.to_string());
     if let Ok(f) = std::fs::File::open(path) {
@@ -472,6 +496,7 @@ fn read_with_handle(
             // lane's connection on first use, which must not be timed again
             // for every request.
             let mut secs = 0.0;
+            let _phase = Phase::begin(phase);
             loop {
                 let t = Instant::now();
                 let n = fh
@@ -495,6 +520,7 @@ fn read_with_handle(
             dev.fill(0xa5).map_err(to_remote)?;
             let mut buf = hipfs::Buffer::from_device(&dev, 0);
             buf.register().map_err(to_remote)?;
+            let phase = Phase::begin(phase);
             let t = Instant::now();
             while (total as usize) < size {
                 let want = request.min(size - total as usize);
@@ -507,6 +533,7 @@ fn read_with_handle(
                 total += n as u64;
             }
             let secs = t.elapsed().as_secs_f64();
+            drop(phase);
             let _ = buf.deregister();
             let mut host = vec![0u8; MAX_IO * 64];
             let mut off = 0usize;
@@ -612,6 +639,7 @@ pub fn bench_userspace(
                 hipfs::FileHandleType::UserspaceFs,
                 request,
                 memory,
+                "userspace",
             )?;
             let p = hipfs::io::bounce_pool::take_profile();
             if i > 0 {
@@ -622,20 +650,38 @@ pub fn bench_userspace(
                 us_prof.ahead += p.ahead;
                 us_secs += t1;
             }
-            let (n2, s2, t2) =
-                read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory)?;
+            let (n2, s2, t2) = read_with_handle(
+                &via_mount,
+                hipfs::FileHandleType::OpaqueFd,
+                request,
+                memory,
+                "opaque-direct",
+            )?;
             reopen_with_opaque_direct(&mut driver, false)?;
-            let through_fuse =
-                read_with_handle(&via_mount, hipfs::FileHandleType::OpaqueFd, request, memory);
+            let through_fuse = read_with_handle(
+                &via_mount,
+                hipfs::FileHandleType::OpaqueFd,
+                request,
+                memory,
+                "opaque-fuse",
+            );
             reopen_with_opaque_direct(&mut driver, true)?;
             let (n4, s4, t4) = through_fuse?;
-            let c = loopback_tcp_ceiling(size, 1)?;
-            let m = loopback_tcp_ceiling(size, lanes)?;
-            let fc = loopback_file_ceiling(&file, lanes)?;
+            let timed = |name, f: &dyn Fn() -> Result<f64, RemoteError>| {
+                let _phase = Phase::begin(name);
+                f()
+            };
+            let c = timed("ceiling-one-socket", &|| loopback_tcp_ceiling(size, 1))?;
+            let m = timed("ceiling-sockets", &|| loopback_tcp_ceiling(size, lanes))?;
+            let fc = timed("ceiling-sendfile", &|| loopback_file_ceiling(&file, lanes))?;
             let more = if opts.more_ceilings {
                 Some((
-                    loopback_hot_send_ceiling(size, lanes, 64 << 20)?,
-                    loopback_sendfile_ceiling(&file, lanes, 4 << 20)?,
+                    timed("ceiling-hot-into-64m", &|| {
+                        loopback_hot_send_ceiling(size, lanes, 64 << 20)
+                    })?,
+                    timed("ceiling-sendfile-into-4m", &|| {
+                        loopback_sendfile_ceiling(&file, lanes, 4 << 20)
+                    })?,
                 ))
             } else {
                 None
@@ -654,8 +700,13 @@ pub fn bench_userspace(
             expect = Some(s1);
             if let Some((_, _, tmnt, _)) = &tls {
                 let via = tmnt.join(file.file_name().unwrap_or_default());
-                let (n3, s3, t3) =
-                    read_with_handle(&via, hipfs::FileHandleType::UserspaceFs, request, memory)?;
+                let (n3, s3, t3) = read_with_handle(
+                    &via,
+                    hipfs::FileHandleType::UserspaceFs,
+                    request,
+                    memory,
+                    "userspace-tls",
+                )?;
                 if n3 != size || s3 != s1 {
                     return Err(RemoteError::Config(format!(
                         "data mismatch over TLS: read {n3} bytes (sum {s3:x}), expected {size} (sum {s1:x})"

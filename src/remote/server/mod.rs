@@ -145,11 +145,26 @@ impl ServeConfig {
 
 /// The transport settings both sides use.
 pub fn transport_config(kind: TransportKind) -> TransportConfig {
+    let default = TransportConfig::default();
     TransportConfig {
         kind,
         max_message: MAX_MESSAGE,
-        ..TransportConfig::default()
+        chunk_size: stripe_override().unwrap_or(default.chunk_size),
+        ..default
     }
+}
+
+/// `HIPFS_TCP_STRIPE_KB` (64 to 65536): the stripe unit one-sided
+/// transfers are split into across the lanes, for measuring; read once.
+fn stripe_override() -> Option<usize> {
+    static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("HIPFS_TCP_STRIPE_KB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|kb| (64..=65536).contains(kb))
+            .map(|kb| kb << 10)
+    })
 }
 
 /// The server's side of the transport: like [`transport_config`], with
