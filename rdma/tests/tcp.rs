@@ -278,3 +278,56 @@ fn a_message_hook_takes_messages_in_order_and_leaves_the_rest_to_recv() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A control message does not wait behind the bulk frames queued on its
+/// lane: sent while a 256 MiB WRITE is going out on a one-lane connection,
+/// it reaches the peer before the WRITE's last stripe (a reply or an
+/// acknowledgment queued behind every stripe of a busy lane waited for all
+/// of them). The WRITE still lands intact.
+#[test]
+fn a_control_message_overtakes_the_bulk_frames_queued_on_its_lane() {
+    use std::sync::mpsc::channel;
+    let cfg = TransportConfig {
+        lanes: 1,
+        ..env().cfg()
+    };
+    let p = pair_with(&env(), &cfg);
+    let n = 256 << 20;
+    let mut src = Buf::new(n);
+    src.fill(11);
+    src.bytes_mut()[n - 1] = 0x5a;
+    let dst = Buf::new(n);
+    let local = src.register(&*p.client);
+    let registered = dst.register(&*p.server);
+    let remote = registered.descriptor();
+    let last = dst.ptr() as usize + n - 1;
+    let (seen_tx, seen_rx) = channel::<bool>();
+    p.server
+        .set_message_hook(Box::new(move |_| {
+            // The hook runs on the lane's reader, the thread that writes
+            // the WRITE's bytes into `dst`: no other writer meanwhile.
+            // SAFETY: `last` is the last byte of `dst`, alive until the
+            // end of the test, after the connection is dropped.
+            let landed = unsafe { std::ptr::read_volatile(last as *const u8) } != 0;
+            seen_tx.send(landed).unwrap();
+            None
+        }))
+        .unwrap();
+    std::thread::scope(|s| {
+        let c = &p.client;
+        let local = &local;
+        let remote = &remote;
+        let write = s.spawn(move || c.write_remote(local, 0, n, remote, 0));
+        // Long enough for every stripe to be queued, far too short for
+        // 256 MiB to cross loopback.
+        std::thread::sleep(Duration::from_millis(5));
+        p.client.send(b"status?").unwrap();
+        let landed = seen_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        assert!(
+            !landed,
+            "the message arrived after the last stripe of the WRITE queued before it"
+        );
+        write.join().unwrap().unwrap();
+    });
+    assert_eq!(checksum(dst.bytes()), checksum(src.bytes()));
+}

@@ -51,18 +51,32 @@ impl Stagers {
 }
 
 impl Shared {
-    pub(super) fn sender_loop(&self, lane: usize, jobs: Receiver<Job>) -> Result<()> {
+    /// Writes the lane's jobs, urgent ones before bulk ones (see
+    /// `Lane::urgent`), until the connection dies.
+    pub(super) fn sender_loop(
+        &self,
+        lane: usize,
+        jobs: Receiver<Job>,
+        urgent: Receiver<Job>,
+    ) -> Result<()> {
         let l = &self.lanes[lane];
         loop {
-            let job = select! {
-                recv(jobs) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
-                recv(self.dead_rx) -> _ => return Ok(()),
+            let job = match urgent.try_recv() {
+                Ok(j) => j,
+                Err(_) => select! {
+                    recv(urgent) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
+                    recv(jobs) -> j => match j { Ok(j) => j, Err(_) => return Ok(()) },
+                    recv(self.dead_rx) -> _ => return Ok(()),
+                },
             };
+            let was_urgent = job.is_urgent();
             let mut guard = l.tx.lock().unwrap_or_else(|p| p.into_inner());
             let r = self.send_job(&mut guard, job);
             drop(guard);
-            // Only now may a message skip the queue: this job is on the wire.
-            l.queued.fetch_sub(1, Ordering::SeqCst);
+            if was_urgent {
+                // Only now may a message skip the queue: this job is on the wire.
+                l.queued.fetch_sub(1, Ordering::SeqCst);
+            }
             r?;
         }
     }

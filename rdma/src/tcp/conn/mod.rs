@@ -114,15 +114,30 @@ pub(crate) struct LaneSock {
 
 struct Lane {
     stream: TcpStream,
+    /// Bulk frames (WRITE and READ answers, with their payload).
     jobs: Sender<Job>,
+    /// Control messages and bare headers (READ_REQ, WRITE_ACK): the sender
+    /// takes these before any bulk frame queued, so a reply or an
+    /// acknowledgment waits for at most the one frame on the wire, not
+    /// for every stripe queued on the lane. Safe because no control
+    /// message depends on a bulk frame still queued: a one-sided
+    /// operation returns only once the peer answered every frame of it.
+    urgent: Sender<Job>,
     /// The stream's writing half: the sender thread's, except that `send`
-    /// writes a small message itself when nothing is queued (see
+    /// writes a small message itself when nothing urgent is queued (see
     /// [`DIRECT_SEND_MAX`]).
     tx: Mutex<TxStream>,
-    /// Jobs queued for the sender and not yet written: a message may skip
-    /// the queue only when this is zero, so it never overtakes one queued
-    /// before it (by the same thread or any other).
+    /// Urgent jobs queued for the sender and not yet written: a message may
+    /// skip the queue only when this is zero, so it never overtakes one
+    /// queued before it (by the same thread or any other).
     queued: AtomicUsize,
+}
+
+impl Job {
+    /// Whether the job goes before bulk frames (see [`Lane::urgent`]).
+    fn is_urgent(&self) -> bool {
+        matches!(self, Job::Msg(_) | Job::Header(_))
+    }
 }
 
 /// Largest control message `send` writes on the caller's thread when lane
@@ -194,6 +209,7 @@ impl TcpConnection {
         let (dead_tx, dead_rx) = bounded::<()>(0);
         let mut lanes = Vec::with_capacity(streams.len());
         let mut job_rxs = Vec::with_capacity(streams.len());
+        let mut urgent_rxs = Vec::with_capacity(streams.len());
         let mut rx_halves = Vec::with_capacity(streams.len());
         for LaneSock { stream: s, tls } in streams {
             let (tx_half, rx_half) = stream::halves(s.as_raw_fd(), tls);
@@ -202,13 +218,16 @@ impl TcpConnection {
             s.set_read_timeout(None)?;
             s.set_write_timeout(None)?;
             let (tx, rx) = unbounded();
+            let (urgent_tx, urgent_rx) = unbounded();
             lanes.push(Lane {
                 stream: s,
                 jobs: tx,
+                urgent: urgent_tx,
                 tx: Mutex::new(tx_half),
                 queued: AtomicUsize::new(0),
             });
             job_rxs.push(rx);
+            urgent_rxs.push(urgent_rx);
         }
         let shared = Arc::new(Shared {
             lanes,
@@ -234,12 +253,13 @@ impl TcpConnection {
             read: AtomicU64::new(0),
             sent: AtomicU64::new(0),
         });
-        for (i, (rx, rx_half)) in job_rxs.into_iter().zip(rx_halves).enumerate() {
+        let queues = job_rxs.into_iter().zip(urgent_rxs);
+        for (i, ((rx, urgent), rx_half)) in queues.zip(rx_halves).enumerate() {
             let sh = shared.clone();
             std::thread::Builder::new()
                 .name(format!("hipfs-tcp-tx{i}"))
                 .spawn(move || {
-                    if let Err(e) = sh.sender_loop(i, rx) {
+                    if let Err(e) = sh.sender_loop(i, rx, urgent) {
                         sh.die(format!("lane {i} send failed: {e}"));
                     }
                 })?;
@@ -316,17 +336,21 @@ impl Shared {
 
     fn enqueue(&self, lane: usize, job: Job) -> Result<()> {
         let l = &self.lanes[lane];
+        if !job.is_urgent() {
+            return l.jobs.send(job).map_err(|_| self.disconnected());
+        }
         // Counted before the sender can see it, so its decrement never
         // comes first.
         l.queued.fetch_add(1, Ordering::SeqCst);
-        l.jobs.send(job).map_err(|_| {
+        l.urgent.send(job).map_err(|_| {
             l.queued.fetch_sub(1, Ordering::SeqCst);
             self.disconnected()
         })
     }
 
-    /// Writes message `m` on lane 0 from this thread if nothing is queued
-    /// there and no one is writing; `Ok(false)` when it must be queued.
+    /// Writes message `m` on lane 0 from this thread if nothing urgent is
+    /// queued there and no one is writing; `Ok(false)` when it must be
+    /// queued.
     fn send_direct(&self, m: &[u8]) -> Result<bool> {
         let lane = &self.lanes[0];
         if m.len() > DIRECT_SEND_MAX || lane.queued.load(Ordering::SeqCst) != 0 {
