@@ -591,10 +591,20 @@ pub fn bench_userspace(
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
     let size = std::fs::metadata(&file)?.len();
-    let server = Server::start(ServeConfig {
+    let mut serve = ServeConfig {
         send_from_file: opts.server_sendfile,
         ..ServeConfig::new(&dir, "127.0.0.1:0")
-    })?;
+    };
+    // For measuring: the server's bytes in flight per connection (MiB),
+    // as `hipfs serve --max-bytes-in-flight` sets it.
+    if let Some(mb) = std::env::var("HIPFS_BENCH_SERVER_INFLIGHT_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&mb| mb > 0)
+    {
+        serve.limits.max_bytes_in_flight = mb << 20;
+    }
+    let server = Server::start(serve)?;
     let mnt = tempfile_dir()?;
     let mounted = mount_remote(server.local_addr(), &mnt, &opts.mount)?;
     let via_mount = mnt.join(file.file_name().unwrap_or_default());
