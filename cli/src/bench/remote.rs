@@ -496,6 +496,7 @@ fn read_with_handle(
             // lane's connection on first use, which must not be timed again
             // for every request.
             let mut secs = 0.0;
+            // The phase spans the checksums too (this thread's CPU time).
             let _phase = Phase::begin(phase);
             loop {
                 let t = Instant::now();
