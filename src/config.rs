@@ -139,6 +139,16 @@ impl Default for Config {
     }
 }
 
+/// A whole number from the environment variable `name`, if it is set,
+/// parses and lies in `range`; `None` otherwise (the caller's default).
+/// For the measuring knobs read once by the I/O paths.
+pub(crate) fn env_usize(name: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| range.contains(n))
+}
+
 /// Parses a hipFile boolean: `true`/`false`, case-insensitive (also 1/0, yes/no, on/off).
 pub fn parse_bool(s: &str) -> Option<bool> {
     match s.trim().to_ascii_lowercase().as_str() {

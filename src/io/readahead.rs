@@ -64,11 +64,7 @@ const MAX_THREADS: usize = 32;
 fn max_threads() -> usize {
     static V: OnceLock<usize> = OnceLock::new();
     *V.get_or_init(|| {
-        std::env::var("HIPFS_READAHEAD_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| (1..=64).contains(n))
-            .unwrap_or(MAX_THREADS)
+        crate::config::env_usize("HIPFS_READAHEAD_THREADS", 1..=64).unwrap_or(MAX_THREADS)
     })
 }
 /// The default window, MiB: two 64 MiB reads, so each of 16 lanes has a

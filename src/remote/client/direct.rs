@@ -569,12 +569,7 @@ const PARALLEL: usize = 4;
 /// for measuring; read once.
 fn inflight_override() -> Option<usize> {
     static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("HIPFS_REMOTE_INFLIGHT")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|n| (1..=256).contains(n))
-    })
+    *V.get_or_init(|| crate::config::env_usize("HIPFS_REMOTE_INFLIGHT", 1..=256))
 }
 
 fn no_host_alias() -> Error {

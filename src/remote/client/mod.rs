@@ -195,11 +195,7 @@ impl ClientConfig {
 /// requests into device memory, one run) 16 lanes gave 15.98 GiB/s where
 /// 8 gave 13.71.
 pub fn userspace_lanes() -> usize {
-    if let Some(n) = std::env::var("HIPFS_REMOTE_LANES")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|n| (1..=64).contains(n))
-    {
+    if let Some(n) = crate::config::env_usize("HIPFS_REMOTE_LANES", 1..=64) {
         return n;
     }
     let cpus = std::thread::available_parallelism().map_or(4, |n| n.get());

@@ -159,11 +159,7 @@ pub fn transport_config(kind: TransportKind) -> TransportConfig {
 fn stripe_override() -> Option<usize> {
     static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
-        std::env::var("HIPFS_TCP_STRIPE_KB")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|kb| (64..=65536).contains(kb))
-            .map(|kb| kb << 10)
+        crate::config::env_usize("HIPFS_TCP_STRIPE_KB", 64..=65536).map(|kb| kb << 10)
     })
 }
 
