@@ -37,11 +37,7 @@ struct Tunables {
 fn tunables() -> &'static Tunables {
     static T: OnceLock<Tunables> = OnceLock::new();
     T.get_or_init(|| {
-        let depth = std::env::var("HIPFS_BOUNCE_DEPTH")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|d| (1..=8).contains(d))
-            .unwrap_or(2);
+        let depth = crate::config::env_usize("HIPFS_BOUNCE_DEPTH", 1..=8).unwrap_or(2);
         let pin = match std::env::var("HIPFS_BOUNCE_PIN")
             .ok()
             .as_deref()

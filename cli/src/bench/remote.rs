@@ -307,7 +307,7 @@ fn loopback_hot_send_ceiling(
 ) -> Result<f64, RemoteError> {
     use std::io::Write;
     let share = size.div_ceil(sockets.max(1) as u64);
-    loopback_ceiling(size, sockets, recv_mem, move |i, mut s| {
+    loopback_ceiling("hot", size, sockets, recv_mem, move |i, mut s| {
         let block = vec![0x5au8; 4 << 20];
         let mut left = share.min(size.saturating_sub(i * share));
         while left > 0 {
@@ -339,7 +339,7 @@ fn loopback_sendfile_ceiling(
     let size = std::fs::metadata(file)?.len();
     let share = size.div_ceil(sockets.max(1) as u64);
     let file = file.to_path_buf();
-    loopback_ceiling(size, sockets, recv_mem, move |i, s| {
+    loopback_ceiling("sendfile", size, sockets, recv_mem, move |i, s| {
         let f = std::fs::File::open(&file)?;
         let mut at = (i * share).min(size);
         let end = ((i + 1) * share).min(size);
@@ -361,6 +361,7 @@ fn loopback_sendfile_ceiling(
 /// into its own `recv_mem` bytes in turn (touched before the clock starts).
 /// Fails unless exactly `size` bytes arrived.
 fn loopback_ceiling<F>(
+    kind: &str,
     size: u64,
     sockets: usize,
     recv_mem: usize,
@@ -386,6 +387,11 @@ where
         streams.push(l.accept()?.0);
     }
     let mut bufs: Vec<Vec<u8>> = (0..sockets).map(|_| vec![1u8; recv_mem]).collect();
+    // The timed part is a bench phase of its own (see [`Phase`]).
+    let phase = Phase::begin(format!(
+        "ceiling-{kind}-{sockets}x-into-{}m",
+        recv_mem >> 20
+    ));
     let t = Instant::now();
     let got: u64 = std::thread::scope(|scope| {
         let readers: Vec<_> = streams
@@ -421,6 +427,7 @@ where
         Ok::<u64, RemoteError>(got)
     })?;
     let secs = t.elapsed().as_secs_f64();
+    drop(phase);
     for w in writers {
         w.join()
             .map_err(|_| RemoteError::Config("ceiling writer panicked".into()))??;
@@ -436,10 +443,11 @@ where
 /// A timed part of a bench run, logged at its start and end (target
 /// `hipfs_bench_phase`, info) so that `scripts/gpu/thread-cpu.py` can charge
 /// each thread's CPU time to the part it was spent in.
-struct Phase(&'static str);
+struct Phase(String);
 
 impl Phase {
-    fn begin(name: &'static str) -> Phase {
+    fn begin(name: impl Into<String>) -> Phase {
+        let name = name.into();
         log::info!(target: "hipfs_bench_phase", "begin {name}");
         Phase(name)
     }
@@ -469,6 +477,7 @@ pub enum BenchMemory {
 /// every byte that arrived and is taken with the clock stopped (host: after
 /// each call; device: after the whole read, copied back in 64 MiB pieces),
 /// so the timed part is the transfer alone, as in the ceiling beside it.
+/// The reads are logged as the bench phase `phase` (see [`Phase`]).
 fn read_with_handle(
     path: &Path,
     kind: hipfs::FileHandleType,
@@ -678,21 +687,13 @@ pub fn bench_userspace(
             );
             reopen_with_opaque_direct(&mut driver, true)?;
             let (n4, s4, t4) = through_fuse?;
-            let timed = |name, f: &dyn Fn() -> Result<f64, RemoteError>| {
-                let _phase = Phase::begin(name);
-                f()
-            };
-            let c = timed("ceiling-one-socket", &|| loopback_tcp_ceiling(size, 1))?;
-            let m = timed("ceiling-sockets", &|| loopback_tcp_ceiling(size, lanes))?;
-            let fc = timed("ceiling-sendfile", &|| loopback_file_ceiling(&file, lanes))?;
+            let c = loopback_tcp_ceiling(size, 1)?;
+            let m = loopback_tcp_ceiling(size, lanes)?;
+            let fc = loopback_file_ceiling(&file, lanes)?;
             let more = if opts.more_ceilings {
                 Some((
-                    timed("ceiling-hot-into-64m", &|| {
-                        loopback_hot_send_ceiling(size, lanes, 64 << 20)
-                    })?,
-                    timed("ceiling-sendfile-into-4m", &|| {
-                        loopback_sendfile_ceiling(&file, lanes, 4 << 20)
-                    })?,
+                    loopback_hot_send_ceiling(size, lanes, 64 << 20)?,
+                    loopback_sendfile_ceiling(&file, lanes, 4 << 20)?,
                 ))
             } else {
                 None

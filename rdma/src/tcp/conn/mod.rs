@@ -141,7 +141,7 @@ impl Job {
 }
 
 /// Largest control message `send` writes on the caller's thread when lane
-/// 0 has nothing queued. Handing it to the sender thread instead costs a
+/// 0 has nothing urgent queued. Handing it to the sender thread instead costs a
 /// thread wake-up on each side of every request and reply, which on a
 /// small or virtual machine is a large part of a metadata round trip.
 /// Larger messages (and everything while the queue is not empty) still go
