@@ -104,7 +104,7 @@ impl Shared {
                     }
                     None => {
                         if let Some(op) = self.complete(hdr.op_id) {
-                            let _ = op.done().try_send(Err(Error::InvalidArgument(
+                            op.done().report(Err(Error::InvalidArgument(
                                 "local region was deregistered during the write".into(),
                             )));
                         }
@@ -292,9 +292,8 @@ impl Shared {
             FrameKind::ReadReq => self.enqueue(lane, Job::ReadResp(h))?,
             FrameKind::WriteAck => {
                 if let Some(op) = self.complete(h.op_id) {
-                    let _ = op
-                        .done()
-                        .try_send(h.status.into_result(h.rkey, h.addr, h.len));
+                    op.done()
+                        .report(h.status.into_result(h.rkey, h.addr, h.len));
                 }
             }
             FrameKind::ReadResp => match self.complete(h.op_id) {
@@ -331,7 +330,7 @@ impl Shared {
                             }
                         }
                     };
-                    let _ = done.try_send(r);
+                    done.report(r);
                 }
                 Some(Pending::Write { .. }) => {
                     return Err(Error::Protocol("READ answer for a write".into()))
