@@ -530,6 +530,15 @@ impl GpuRuntime for CudaRuntime {
         )
     }
 
+    unsafe fn event_query(&self, event: EventId) -> Result<bool> {
+        let event = event.0;
+        // SAFETY: handle from event_create.
+        match unsafe { sys::cuEventQuery(event as sys::CUevent) } {
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            r => check(r, "cuEventQuery").map(|()| true),
+        }
+    }
+
     unsafe fn event_destroy(&self, event: EventId) {
         let event = event.0;
         // SAFETY: handle from event_create, destroyed once.

@@ -427,6 +427,15 @@ impl GpuRuntime for HipRuntime {
         )
     }
 
+    unsafe fn event_query(&self, event: EventId) -> Result<bool> {
+        let event = event.0;
+        // SAFETY: handle from event_create.
+        match unsafe { hip::hipEventQuery(event as hip::hipEvent_t) } {
+            hip::hipError_t::hipErrorNotReady => Ok(false),
+            r => check(r, "hipEventQuery").map(|()| true),
+        }
+    }
+
     unsafe fn event_destroy(&self, event: EventId) {
         let event = event.0;
         // SAFETY: from event_create, destroyed once.

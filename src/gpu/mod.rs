@@ -249,6 +249,15 @@ pub trait GpuRuntime: Send + Sync {
         let _ = event;
         Err(no_gpu())
     }
+    /// Whether `event` has completed, without waiting (`true` if never
+    /// recorded). By default it waits, which answers the same, later.
+    ///
+    /// # Safety
+    /// `event` is live.
+    unsafe fn event_query(&self, event: EventId) -> Result<bool> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.event_synchronize(event) }.map(|()| true)
+    }
     /// Destroys an event.
     ///
     /// # Safety
@@ -804,6 +813,11 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: live while `self` is.
         unsafe { self.rt.event_synchronize(self.id) }
+    }
+    /// Whether the event has completed, without waiting.
+    pub fn query(&self) -> Result<bool> {
+        // SAFETY: live while `self` is.
+        unsafe { self.rt.event_query(self.id) }
     }
 }
 

@@ -64,6 +64,18 @@ impl Fence {
         r
     }
 
+    /// Whether no copy uses the slab any more, without waiting: `false`
+    /// while one may still run (or the slab is poisoned).
+    fn idle_now(&mut self) -> bool {
+        if self.poisoned {
+            return false;
+        }
+        if self.in_flight && matches!(self.event.query(), Ok(true)) {
+            self.in_flight = false;
+        }
+        !self.in_flight
+    }
+
     /// Whether no copy can use the slab any more (waiting if one may).
     fn idle(&mut self) -> bool {
         if self.poisoned {
@@ -106,6 +118,16 @@ impl StagingSlot {
     /// (waiting for one that may), and none ever will unnoticed.
     pub fn reusable(&mut self) -> bool {
         self.fence.idle()
+    }
+    /// Whether the slab may be used again now, without waiting: no copy
+    /// uses it any more (see [`StagingSlot::reusable`] for the waiting one).
+    pub(crate) fn idle_now(&mut self) -> bool {
+        self.fence.idle_now()
+    }
+    /// Whether the slab's last copy can never be waited for (it is never
+    /// handed out again; dropping it leaks it).
+    pub(crate) fn poisoned(&self) -> bool {
+        self.fence.poisoned
     }
     /// The first `len` bytes, for the CPU, after waiting for the GPU if a
     /// copy may still use them; `len` past the slab is an error.
@@ -231,12 +253,18 @@ impl DeviceSlot {
         self.fence.idle()
     }
     /// Enqueues a copy of the slab's first `dst.len` bytes to `dst` on
-    /// `stream`, then records the slot's event after it. The slab's
-    /// bytes are whatever its last fill left, once that fill completed:
-    /// the caller waits for it (the fill's own stream) first.
+    /// `stream`, then records the slot's event after it. The slab's last
+    /// copy (its fill, enqueued on another stream) is waited for first:
+    /// the slab's bytes are whatever that fill left. A filler therefore
+    /// need not wait for its own copy (readahead hands a slab over as soon
+    /// as its fill is enqueued); by the time a reader copies from it, the
+    /// fill has mostly long completed and the wait is a query.
     pub(crate) fn copy_to_device(&mut self, dst: LentDevice, stream: &Stream) -> Result<()> {
         check_span("device slab", 0, dst.len, self.len())?;
         self.fence.usable()?;
+        if self.fence.in_flight {
+            self.fence.wait()?;
+        }
         self.fence.in_flight = true;
         let src: DevicePtr = self.mem.device_ptr();
         // SAFETY: the source lies inside this live allocation (checked),
