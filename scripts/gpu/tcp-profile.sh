@@ -5,7 +5,8 @@
 # GPU machine with .gpu/bin/hipfs (scripts/gpu/run-gpu-checks.sh).
 #   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
 # A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
-# build, for an A/B in one run); "host" reads into host memory instead.
+# build, for an A/B in one run); "bin:NAME" the same with .gpu/bin/NAME;
+# "host" reads into host memory instead.
 # PROFILE_REQUEST (e.g. 4M) sets every point's request size.
 # PROFILE_THREADS=1 runs each point under scripts/gpu/thread-cpu.py: the CPU
 # seconds of the bench's threads by name (receivers, fetchers, senders).
@@ -27,6 +28,7 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
     case $point in
         default) ;;
         other) bin=${PROFILE_OTHER_BIN:?set PROFILE_OTHER_BIN} ;;
+        bin:*) bin=$PWD/.gpu/bin/${point#bin:} ;;
         ahead0) env=(HIPFS_READAHEAD_MB=0) ;;
         ahead64) env=(HIPFS_READAHEAD_MB=64) ;;
         ahead128) env=(HIPFS_READAHEAD_MB=128) ;;
