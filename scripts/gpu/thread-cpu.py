@@ -123,6 +123,10 @@ def main():
     env["RUST_LOG"] = ",".join(
         x for x in (env.get("RUST_LOG", "warn"), "hipfs_bench_phase=info") if x
     )
+    # PERF_CTL (a perf record --control fifo) and PERF_PHASE (a phase
+    # name): perf samples only while that phase runs.
+    perf_ctl = open(os.environ["PERF_CTL"], "w") if os.environ.get("PERF_CTL") else None
+    perf_phase = os.environ.get("PERF_PHASE", "userspace")
     start = time.monotonic()
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env, text=True)
     threads = Threads(proc.pid)
@@ -137,6 +141,10 @@ def main():
                 sys.stderr.write(line)
                 continue
             what, name = m.groups()
+            if perf_ctl and name == perf_phase:
+                # perf record --control: sample only inside this phase.
+                perf_ctl.write("enable\n" if what == "begin" else "disable\n")
+                perf_ctl.flush()
             now = time.monotonic()
             snap = threads.sample()
             if what == "begin":
