@@ -22,18 +22,26 @@ for phase in ${PERF_PHASES:-userspace ceiling-sendfile-16x-into-4m}; do
     more=(); case $phase in ceiling-*) more=(--more-ceilings) ;; esac
     echo "######## $phase"
     perf record -q -a -g -F "${PERF_FREQ:-1999}" -e cpu-clock -D -1 --control "fifo:$ctl" -o "$data" -- \
-        env PERF_CTL="$ctl" PERF_PHASE="$phase" python3 scripts/gpu/thread-cpu.py -- \
+        env PERF_CTL="$ctl" PERF_PHASE="$phase" PERF_TIDS="$O/$phase-tids.txt" python3 scripts/gpu/thread-cpu.py -- \
         "$G" bench userspace "$F" ${PERF_GPU---gpu} --repeats "${PERF_REPEATS:-5}" "${more[@]}" 2>&1 |
         grep -vE 'WARN|^\s*$' | grep -E "GiB/s|^== phase $phase|^thread|^hipfs|^ceiling" | head -40
     rm -f "$ctl"
     rep() { perf report -i "$data" --no-children -q --percent-limit "${PERF_LIMIT:-0.2}" "$@" 2>/dev/null; }
+    # Threads by id, named from thread-cpu.py's map (perf knows only the
+    # names of threads named while it recorded), digits folded.
+    rep -g none --sort pid > "$O/$phase-by-tid.txt"
+    named() {
+        awk 'NR == FNR {name[$1] = $2; next}
+             {match($2, /[0-9]+/); tid = substr($2, RSTART, RLENGTH); n = (tid in name) ? name[tid] : $2; sub(/[0-9]+$/, "#", n); print $1, tid, n}' \
+            "$O/$phase-tids.txt" "$O/$phase-by-tid.txt"
+    }
     echo "== $phase: samples by thread (percent of all CPUs' samples, idle included)"
-    rep -g none --sort comm | awk '{n=$2; sub(/[0-9]+$/,"#",n); s[n]+=$1} END {for (k in s) printf "%7.2f%%  %s\n", s[k], k}' | sort -rn | head -15
+    named | awk '{s[$3] += $1} END {for (k in s) printf "%7.2f%%  %s\n", s[k], k}' | sort -rn | head -15
     for group in hipfs-tcp-tx hipfs-tcp-rx hipfs-ahead hipfs-io hipfs-worker ceiling-tx ceiling-rx; do
-        comms=$(rep -g none --sort comm | awk '{print $2}' | grep "^$group" | paste -sd, -)
-        [ -n "$comms" ] || continue
+        tids=$(named | awk -v g="$group" 'index($3, g) == 1 {print $2}' | paste -sd, -)
+        [ -n "$tids" ] || continue
         echo "== $phase: $group threads, by symbol"
-        rep -g none --comms "$comms" --sort dso,sym | head -"${PERF_TOP:-18}"
-        PERF_LIMIT=0.5 rep -G --comms "$comms" --sort sym > "$O/$phase-$group-callers.txt"
+        rep -g none --tid "$tids" --sort dso,sym | head -"${PERF_TOP:-18}"
+        PERF_LIMIT=0.5 rep -G --tid "$tids" --sort sym > "$O/$phase-$group-callers.txt"
     done
 done

@@ -176,7 +176,14 @@ def main():
     for name, (rounds, secs, spent) in phases.items():
         if rounds > 1:
             table(f"phase {name}, {rounds - 1} rounds", secs, by_name(spent.values()))
-    table("thread CPU, whole run", wall, by_name(threads.sample().values()))
+    last = threads.sample()
+    table("thread CPU, whole run", wall, by_name(last.values()))
+    if os.environ.get("PERF_TIDS"):
+        # Every thread's name by id, for perf samples whose thread was
+        # named while perf was not recording (perf shows those as :TID).
+        with open(os.environ["PERF_TIDS"], "w") as f:
+            for (_, tid), (name, _) in sorted(last.items()):
+                f.write(f"{tid} {name}\n")
     return proc.returncode
 
 
