@@ -333,8 +333,10 @@ const MAX_PIECE_UNITS: usize = 4;
 /// (`unit`), so it moves at the speed of all of them; but when other
 /// operations already keep the lanes busy (16 readahead fetches of 4 MiB
 /// on 16 lanes), cutting each into 1 MiB stripes only multiplies the
-/// frames: on a 16-vCPU GPU machine 4 MiB stripes used a tenth less CPU
-/// for the same bytes. So an operation takes at most as many pieces as
+/// frames (on a 16-vCPU GPU machine 4 MiB stripes used a tenth less CPU
+/// for the same bytes in one run; this rule's own A/B there moved the rate
+/// by less than the noise: README, "Where the time goes"). So an
+/// operation takes at most as many pieces as
 /// there are lanes the others leave, never pieces under one unit, and
 /// never over [`MAX_PIECE_UNITS`] units (a 64 MiB read still goes over 16
 /// lanes).
