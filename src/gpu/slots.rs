@@ -257,8 +257,8 @@ impl DeviceSlot {
     /// copy (its fill, enqueued on another stream) is waited for first:
     /// the slab's bytes are whatever that fill left. A filler therefore
     /// need not wait for its own copy (readahead hands a slab over as soon
-    /// as its fill is enqueued); by the time a reader copies from it, the
-    /// fill has mostly long completed and the wait is a query.
+    /// as its fill is enqueued); a reader close behind the fetches waits
+    /// here instead (120-138 us a chunk on the H100 machine).
     pub(crate) fn copy_to_device(&mut self, dst: LentDevice, stream: &Stream) -> Result<()> {
         check_span("device slab", 0, dst.len, self.len())?;
         self.fence.usable()?;

@@ -34,8 +34,9 @@
 //! Bounds: a window holds at most `HIPFS_READAHEAD_MB` of slabs (default
 //! 128, `0` turns readahead off) and all windows together at most [`BUDGET`] of
 //! device memory; slabs are reused across windows and kept once made.
-//! Bounce slabs: one per running fetch, at most [`MAX_THREADS`]
-//! (`HIPFS_READAHEAD_THREADS` for measuring), kept.
+//! Bounce slabs: one per running fetch, plus a few whose copy to the device
+//! still runs, at most [`MAX_THREADS`] (`HIPFS_READAHEAD_THREADS` for
+//! measuring) plus 8 ([`bounce_cap`]), kept.
 
 use crate::error::Result;
 use crate::gpu::{DeviceSlot, Event, GpuRuntime, LentDevice, StagingSlot, Stream};
@@ -455,9 +456,10 @@ fn fetch(fs: &dyn UserspaceFs, piece: &Piece, slab: SlabFor, source: SlabSource)
             // enqueued: the reader's copy out of the slab waits for it
             // (`DeviceSlot::copy_to_device`), and the bounce slab goes back
             // with its copy still running (`bounce` takes one whose copy
-            // ended). Waiting here spun this thread for every chunk's
-            // copy: a sixth of the CPU time of the fetches on a 16-vCPU
-            // GPU machine, taken from the sockets' threads.
+            // ended). Waiting here spun this thread for every chunk's copy
+            // (0.65-0.8 CPU s per 12 GiB read on a 16-vCPU GPU machine);
+            // the reader's wait took back about a third of that (README,
+            // "Where the time goes").
             Ok(n) => b.slot.copy_to_slot(&mut slab.slot, n, &b.stream).map(|_| n),
             Err(e) => Err(e),
         };

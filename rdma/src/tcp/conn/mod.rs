@@ -189,9 +189,9 @@ pub(crate) struct Shared {
     dead: AtomicBool,
     max_message: usize,
     /// The stripe unit: the smallest piece a one-sided operation is split
-    /// into (see [`pieces`]).
+    /// into (see [`piece_len`]).
     chunk: usize,
-    /// One-sided operations of this side in flight (for [`pieces`]).
+    /// One-sided operations of this side in flight (for [`piece_len`]).
     active: AtomicUsize,
     op_timeout: Duration,
     /// Control messages queued for lane 0's sender: `send` waits (up to
@@ -336,10 +336,9 @@ const MAX_PIECE_UNITS: usize = 4;
 /// frames (on a 16-vCPU GPU machine 4 MiB stripes used a tenth less CPU
 /// for the same bytes in one run; this rule's own A/B there moved the rate
 /// by less than the noise: README, "Where the time goes"). So an
-/// operation takes at most as many pieces as
-/// there are lanes the others leave, never pieces under one unit, and
-/// never over [`MAX_PIECE_UNITS`] units (a 64 MiB read still goes over 16
-/// lanes).
+/// operation takes at most as many pieces as there are lanes the others
+/// leave, never pieces under one unit, and never over [`MAX_PIECE_UNITS`]
+/// units (a 64 MiB read still goes over 16 lanes).
 fn piece_len(len: usize, unit: usize, lanes: usize, busy: usize) -> usize {
     let unit = unit.max(1);
     let idle = lanes.saturating_sub(busy).max(1);
