@@ -37,7 +37,7 @@ for phase in ${PERF_PHASES:-userspace ceiling-sendfile-16x-into-4m}; do
     }
     echo "== $phase: samples by thread (percent of all CPUs' samples, idle included)"
     named | awk '{s[$3] += $1} END {for (k in s) printf "%7.2f%%  %s\n", s[k], k}' | sort -rn | head -15
-    for group in hipfs-tcp-tx hipfs-tcp-rx hipfs-ahead hipfs-io hipfs-worker ceiling-tx ceiling-rx; do
+    for group in hipfs-srv-tx hipfs-srv-rx hipfs-tcp-tx hipfs-tcp-rx hipfs-ahead hipfs-io hipfs-worker ceiling-tx ceiling-rx; do
         tids=$(named | awk -v g="$group" 'index($3, g) == 1 {print $2}' | paste -sd, -)
         [ -n "$tids" ] || continue
         echo "== $phase: $group threads, by symbol"

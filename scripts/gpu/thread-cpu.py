@@ -6,7 +6,8 @@
 Where `perf` is missing (the device machine has none), this answers the first
 question of a throughput gap: which threads burn the cores (socket receivers,
 readahead fetchers, staging workers, the server's senders) and which wait.
-Every 20 ms it reads /proc/PID/task/*/schedstat (nanoseconds on a CPU) of the
+Every 20 ms it reads /proc/PID/task/*/schedstat (nanoseconds on a CPU,
+nanoseconds runnable but waiting for one, times put on one) of the
 command and of every process it started, keeps each thread's last figure,
 and at the end sums them by thread name with digits folded (hipfs-tcp-rx3
 counts as hipfs-tcp-rx#). A thread that ends between two samples loses at
@@ -79,37 +80,42 @@ class Threads:
                     with open(f"{base}/comm") as f:
                         name = f.read().strip()
                     with open(f"{base}/schedstat") as f:
-                        ns = int(f.read().split()[0])
+                        ns = tuple(int(x) for x in f.read().split()[:3])
                 except (OSError, ValueError, IndexError):
                     continue
-                got[(pid, int(tid))] = (name, ns)
+                if len(ns) == 3:
+                    got[(pid, int(tid))] = (name, ns)
         with self.lock:
             self.seen.update(got)
             return dict(self.seen)
 
 
 def by_name(delta):
-    """{thread name with digits folded: (threads, CPU seconds)}."""
+    """{thread name with digits folded: (threads, CPU s, run-queue s, runs)}."""
     out = {}
-    for name, ns in delta:
+    for name, (ns, wait, runs) in delta:
         key = re.sub(r"\d+", "#", name)
-        n, total = out.get(key, (0, 0.0))
-        out[key] = (n + 1, total + ns / 1e9)
+        n, total, q, r = out.get(key, (0, 0.0, 0.0, 0))
+        out[key] = (n + 1, total + ns / 1e9, q + wait / 1e9, r + runs)
     return out
 
 
 def table(title, wall, names):
     cpus = os.cpu_count() or 1
-    total = sum(t for _, t in names.values())
+    total = sum(v[1] for v in names.values())
     print(
         f"== {title}: {wall:.2f} s wall x {cpus} CPUs; threads used {total:.2f} CPU s "
         f"({100 * total / max(wall * cpus, 1e-9):.0f}% of the machine)"
     )
-    print(f"{'thread name':<24}{'threads':>8}{'CPU s':>9}{'of all':>8}")
-    for key, (n, secs) in sorted(names.items(), key=lambda kv: -kv[1][1]):
+    # runq s: runnable but waiting for a CPU; runs: times put on a CPU
+    # (each wakeup or preemption).
+    print(f"{'thread name':<24}{'threads':>8}{'CPU s':>9}{'of all':>8}{'runq s':>8}{'runs':>9}")
+    for key, (n, secs, q, runs) in sorted(names.items(), key=lambda kv: -kv[1][1]):
         if secs < 0.005 * max(total, 1e-9):
             continue
-        print(f"{key:<24}{n:>8}{secs:>9.2f}{100 * secs / max(total, 1e-9):>7.0f}%")
+        print(
+            f"{key:<24}{n:>8}{secs:>9.2f}{100 * secs / max(total, 1e-9):>7.0f}%{q:>8.2f}{runs:>9}"
+        )
 
 
 def main():
@@ -159,10 +165,11 @@ def main():
                 continue  # the warm-up round
             rec[1] += now - t0
             for key, (tname, ns) in snap.items():
-                spent = ns - before.get(key, (tname, 0))[1]
-                if spent > 0:
-                    old = rec[2].get(key, (tname, 0))[1]
-                    rec[2][key] = (tname, old + spent)
+                prev = before.get(key, (tname, (0, 0, 0)))[1]
+                spent = tuple(a - b for a, b in zip(ns, prev))
+                if spent[0] > 0:
+                    old = rec[2].get(key, (tname, (0, 0, 0)))[1]
+                    rec[2][key] = (tname, tuple(a + b for a, b in zip(old, spent)))
 
     reader = threading.Thread(target=read_marks, daemon=True)
     reader.start()

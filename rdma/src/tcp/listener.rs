@@ -184,6 +184,7 @@ fn handshake(
             chunk: cfg.chunk_size,
             op_timeout: cfg.op_timeout,
             key_seed: random_u64()? as u32,
+            thread_prefix: "hipfs-srv",
         },
     );
     let _ = ready.send(conn);
@@ -311,6 +312,7 @@ impl TcpConnection {
                 chunk: cfg.chunk_size,
                 op_timeout: cfg.op_timeout,
                 key_seed: random_u64()? as u32,
+                thread_prefix: "hipfs-tcp",
             },
         )
     }

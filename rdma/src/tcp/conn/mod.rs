@@ -223,6 +223,10 @@ pub(crate) struct ConnParams {
     pub chunk: usize,
     pub op_timeout: Duration,
     pub key_seed: u32,
+    /// Names the lane threads `{prefix}-tx{i}` and `{prefix}-rx{i}`: the
+    /// accepting side's `hipfs-srv`, the connecting side's `hipfs-tcp`, so
+    /// CPU profiles of a process holding both tell them apart.
+    pub thread_prefix: &'static str,
 }
 
 impl TcpConnection {
@@ -286,7 +290,7 @@ impl TcpConnection {
         for (i, ((rx, urgent), rx_half)) in queues.zip(rx_halves).enumerate() {
             let sh = shared.clone();
             std::thread::Builder::new()
-                .name(format!("hipfs-tcp-tx{i}"))
+                .name(format!("{}-tx{i}", p.thread_prefix))
                 .spawn(move || {
                     if let Err(e) = sh.sender_loop(i, rx, urgent) {
                         sh.die(format!("lane {i} send failed: {e}"));
@@ -294,7 +298,7 @@ impl TcpConnection {
                 })?;
             let sh = shared.clone();
             std::thread::Builder::new()
-                .name(format!("hipfs-tcp-rx{i}"))
+                .name(format!("{}-rx{i}", p.thread_prefix))
                 .spawn(move || {
                     let e = sh.reader_loop(i, rx_half);
                     sh.die(format!("lane {i}: {e}"));
