@@ -523,8 +523,9 @@ pub fn run_bench_mount(args: &BenchRemoteArgs) -> CmdResult {
     let rows = crate::bench::remote::bench_mount(&bench_opts(args)?)?;
     crate::bench::remote::print_mount_table(
         &format!(
-            "hipfs bench mount {} (loopback, server page cache warm, median of {})",
+            "hipfs bench mount {} (loopback, {}, server page cache warm, median of {})",
             args.file.display(),
+            crate::bench::remote::loopback_congestion(),
             args.repeats
         ),
         &rows,
@@ -566,8 +567,9 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
     };
     crate::bench::remote::print_mount_table(
         &format!(
-            "hipfs bench userspace {} ({what}, loopback, median of {}{})",
+            "hipfs bench userspace {} ({what}, loopback, {}, median of {}{})",
             args.file.display(),
+            crate::bench::remote::loopback_congestion(),
             args.repeats,
             if args.no_sendfile {
                 ", server staging (no sendfile)"

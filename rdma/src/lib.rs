@@ -60,6 +60,7 @@ pub use error::{Error, Result};
 pub use mem::{probe_registrations, OwnedRegion};
 pub use ratelog::RateLimitedLog;
 pub use region::LocalRegion;
+pub use tcp::congestion::Congestion;
 
 /// Which transport to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -121,6 +122,10 @@ pub struct TransportConfig {
     /// TCP. The verbs transport ignores it: verbs traffic is as trusted as
     /// the fabric it crosses. See [`TlsConfig`].
     pub tls: Option<TlsConfig>,
+    /// TCP congestion control of the lanes (see [`Congestion`]): by
+    /// default loopback lanes do not pace, others keep the system's. The
+    /// verbs transport ignores it.
+    pub congestion: Congestion,
 }
 
 /// TLS settings of the TCP transport. A listener needs `cert_chain` and
@@ -177,6 +182,7 @@ impl Default for TransportConfig {
             chunk_size: 1 << 20,
             recv_credits: 16,
             tls: None,
+            congestion: Congestion::Auto,
         }
     }
 }

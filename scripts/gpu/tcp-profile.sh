@@ -45,6 +45,8 @@ for point in ${PROFILE_POINTS:-default ahead0 lanes8 lanes12 chunk8m chunk2m dep
         stripe4m) env=(HIPFS_TCP_STRIPE_KB=4096) ;;
         srv256) env=(HIPFS_BENCH_SERVER_INFLIGHT_MB=256) ;;
         srv32) env=(HIPFS_BENCH_SERVER_INFLIGHT_MB=32) ;;
+        ccsystem) env=(HIPFS_TCP_CONGESTION=system) ;;
+        cccubic) env=(HIPFS_TCP_CONGESTION=cubic) ;;
         threads8) env=(HIPFS_READAHEAD_THREADS=8) ;;
         threads16) env=(HIPFS_READAHEAD_THREADS=16) ;;
         threads48) env=(HIPFS_READAHEAD_THREADS=48) ;;

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hipfs_rdma::tcp::congestion;
 use hipfs_rdma::{Error, OwnedRegion, Result, TlsConfig, TransportConfig, TransportKind};
 
 use super::{median, print_table, BenchRow};
@@ -96,6 +97,7 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
         kind: spec.kind,
         lanes: spec.lanes,
         tls: spec.tls.clone(),
+        congestion: hipfs::remote::server::tcp_congestion(),
         ..TransportConfig::default()
     };
     let listener = hipfs_rdma::listen(&spec.addr, &cfg)?;
@@ -175,8 +177,12 @@ pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
     const BUF: usize = 4 << 20;
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?;
+    // The lanes' congestion control, so the ceiling runs as they do.
+    let cc = hipfs::remote::server::tcp_congestion();
+    congestion::listener(&l, &cc);
+    let cw = cc.clone();
     let writer = std::thread::spawn(move || -> Result<()> {
-        let mut s = std::net::TcpStream::connect(addr)?;
+        let mut s = congestion::connect(addr, Duration::from_secs(10), &cw)?;
         s.set_nodelay(true)?;
         let buf = vec![0x5au8; BUF];
         let mut left = size;
@@ -188,6 +194,7 @@ pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
         Ok(())
     });
     let (mut s, _) = l.accept()?;
+    congestion::accepted(&s, &cc);
     let mut buf = vec![0u8; BUF];
     let start = Instant::now();
     let mut got = 0u64;

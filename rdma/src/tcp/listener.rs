@@ -42,6 +42,7 @@ impl TcpListener {
     pub(crate) fn bind(addr: &str, cfg: &TransportConfig) -> Result<Self> {
         let l = std::net::TcpListener::bind(addr)
             .map_err(|e| Error::InvalidArgument(format!("cannot listen on '{addr}': {e}")))?;
+        super::congestion::listener(&l, &cfg.congestion);
         let local = l.local_addr()?;
         // Read the certificate and key now: a bad file fails `listen`,
         // not every connection later.
@@ -111,6 +112,7 @@ fn handshake(
     s.set_read_timeout(Some(cfg.op_timeout))?;
     s.set_write_timeout(Some(cfg.op_timeout))?;
     s.set_nodelay(true)?;
+    super::congestion::accepted(&s, &cfg.congestion);
     let (hello, session) = match tls {
         None => (
             Hello::decode(&sock::recv_array::<HELLO_LEN>(s.as_raw_fd())?)?,
@@ -254,11 +256,12 @@ impl TcpConnection {
         let mut streams = Vec::with_capacity(cfg.lanes);
         let mut peer_max = u32::MAX;
         for lane in 0..cfg.lanes {
-            let mut s =
-                TcpStream::connect_timeout(&sa, cfg.op_timeout).map_err(|e| match e.kind() {
+            let mut s = super::congestion::connect(sa, cfg.op_timeout, &cfg.congestion).map_err(
+                |e| match e.kind() {
                     std::io::ErrorKind::TimedOut => Error::Timeout(cfg.op_timeout),
                     _ => Error::Io(e),
-                })?;
+                },
+            )?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(cfg.op_timeout))?;
             s.set_write_timeout(Some(cfg.op_timeout))?;

@@ -2,6 +2,7 @@
 //! RDMA NIC. One-sided operations are frames the peer applies to its
 //! registered regions; see [`frame`] for the wire format.
 
+pub mod congestion;
 mod conn;
 pub mod frame;
 mod gate;

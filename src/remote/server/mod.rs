@@ -150,8 +150,21 @@ pub fn transport_config(kind: TransportKind) -> TransportConfig {
         kind,
         max_message: MAX_MESSAGE,
         chunk_size: stripe_override().unwrap_or(default.chunk_size),
+        congestion: tcp_congestion(),
         ..default
     }
+}
+
+/// `HIPFS_TCP_CONGESTION`: `auto` (the default: lanes to a loopback peer
+/// run cubic or reno, which do not pace; others the system's algorithm),
+/// `system` (every lane the system's), or an algorithm's name for every
+/// lane (see [`hipfs_rdma::Congestion`]); read once.
+pub fn tcp_congestion() -> hipfs_rdma::Congestion {
+    static V: std::sync::OnceLock<hipfs_rdma::Congestion> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        hipfs_rdma::Congestion::parse(&std::env::var("HIPFS_TCP_CONGESTION").unwrap_or_default())
+    })
+    .clone()
 }
 
 /// `HIPFS_TCP_STRIPE_KB` (64 to 65536): the stripe unit one-sided
