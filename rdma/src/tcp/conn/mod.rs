@@ -98,25 +98,37 @@ impl Pending {
 }
 
 /// Where the pieces of one operation report: the caller is woken once,
-/// by the first failure or the last success, not once per piece.
+/// when every piece has its outcome (acknowledged, refused, or failed with
+/// the connection), with the first failure or success. Not at the first
+/// failure: a piece on another lane may still be landing then (in the
+/// caller's memory, for a READ), and the caller may reuse that memory as
+/// soon as it is woken.
 struct OpDone {
-    /// Pieces not yet answered well.
+    /// Pieces without an outcome yet.
     left: AtomicUsize,
-    /// Holds one outcome; later ones are dropped (the caller reads one).
+    /// The first failure among the pieces.
+    failed: Mutex<Option<Error>>,
+    /// Holds the one outcome the caller reads.
     tx: Sender<Result<()>>,
 }
 
 impl OpDone {
+    fn new(pieces: usize, tx: Sender<Result<()>>) -> OpDone {
+        OpDone {
+            left: AtomicUsize::new(pieces),
+            failed: Mutex::new(None),
+            tx,
+        }
+    }
+
     fn report(&self, r: Result<()>) {
-        match r {
-            Ok(()) => {
-                if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    let _ = self.tx.try_send(Ok(()));
-                }
-            }
-            Err(e) => {
-                let _ = self.tx.try_send(Err(e));
-            }
+        if let Err(e) = r {
+            let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            f.get_or_insert(e);
+        }
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let _ = self.tx.try_send(failed.map_or(Ok(()), Err));
         }
     }
 }
@@ -494,10 +506,7 @@ impl Shared {
         let piece = piece_len(len, self.chunk, self.lanes.len(), busy);
         let n = len.div_ceil(piece);
         let (done_tx, done_rx) = bounded(1);
-        let done = Arc::new(OpDone {
-            left: AtomicUsize::new(n),
-            tx: done_tx,
-        });
+        let done = Arc::new(OpDone::new(n, done_tx));
         let mut jobs = Vec::with_capacity(n);
         let mut ids = Vec::with_capacity(n);
         {
@@ -560,7 +569,7 @@ impl Shared {
             }
         }
         if result.is_ok() {
-            // One outcome: the last piece's success or the first failure.
+            // One outcome, once every piece has one: success or the first failure.
             result = match done_rx.recv_timeout(self.op_timeout) {
                 Ok(r) => r,
                 Err(RecvTimeoutError::Timeout) => Err(Error::Timeout(self.op_timeout)),
@@ -830,7 +839,33 @@ impl Connection for TcpConnection {
 
 #[cfg(test)]
 mod tests {
-    use super::piece_len;
+    use super::{piece_len, OpDone};
+    use crate::Error;
+    use crossbeam_channel::bounded;
+
+    #[test]
+    fn an_operation_answers_once_every_piece_has_an_outcome() {
+        // A refusal first: the caller still waits for the pieces on the
+        // other lanes, then hears of the refusal, not of their success.
+        let (tx, rx) = bounded(1);
+        let done = OpDone::new(3, tx);
+        done.report(Err(Error::RemoteRejected("piece 2".into())));
+        assert!(rx.try_recv().is_err(), "woken while pieces are in flight");
+        done.report(Ok(()));
+        assert!(rx.try_recv().is_err(), "woken while a piece is in flight");
+        done.report(Err(Error::RemoteRejected("piece 3".into())));
+        match rx.try_recv() {
+            Ok(Err(Error::RemoteRejected(m))) => assert_eq!(m, "piece 2"),
+            other => panic!("expected the first refusal, got {other:?}"),
+        }
+        // All well: one success, after the last piece.
+        let (tx, rx) = bounded(1);
+        let done = OpDone::new(2, tx);
+        done.report(Ok(()));
+        assert!(rx.try_recv().is_err());
+        done.report(Ok(()));
+        assert!(matches!(rx.try_recv(), Ok(Ok(()))));
+    }
 
     const M: usize = 1 << 20;
 
