@@ -44,7 +44,8 @@ pub enum Congestion {
 }
 
 impl Congestion {
-    /// Parses a setting: `auto`, `system`, or an algorithm's name.
+    /// Parses a setting: `auto` (or empty), `system` (or `default`), or
+    /// an algorithm's name, which the kernel judges when a lane is made.
     pub fn parse(s: &str) -> Congestion {
         match s.trim() {
             "" | "auto" => Congestion::Auto,
