@@ -6,7 +6,8 @@
 #   PROFILE_POINTS="default ahead0 lanes8 chunk8m" bash scripts/gpu/tcp-profile.sh
 # A point "other" runs the same as "default" with $PROFILE_OTHER_BIN (another
 # build, for an A/B in one run); "bin:NAME" the same with .gpu/bin/NAME;
-# "host" reads into host memory instead.
+# "host" reads into host memory instead; "ccsystem" runs lanes and ceilings
+# on the system's congestion control (the behaviour before 2026-12-07).
 # PROFILE_REQUEST (e.g. 4M) sets every point's request size.
 # PROFILE_THREADS=1 runs each point under scripts/gpu/thread-cpu.py: the CPU
 # seconds of the bench's threads by name (receivers, fetchers, senders).
@@ -17,7 +18,9 @@ W=/var/tmp/hipfs-profile; mkdir -p "$W"
 F=$W/us-4G.bin
 LOG=${OUT:-/tmp}
 exec > >(tee "$LOG/profile.log") 2>&1
-nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz' ; free -g | head -2
+nvidia-smi -L; nproc; lscpu | grep -E 'Model name|NUMA|Socket|MHz|L3' ; free -g | head -2
+# The TCP defaults the lanes start from (see HIPFS_TCP_CONGESTION).
+sysctl net.ipv4.tcp_congestion_control net.ipv4.tcp_allowed_congestion_control net.core.default_qdisc 2>/dev/null
 "$G" check "$W" 2>&1 | grep -iE 'dmabuf|gpu' | head -5
 [ -f "$F" ] || "$G" bench userspace "$F" --create 4G --repeats 1 >/dev/null 2>&1 || head -c 4G /dev/urandom > "$F"
 vmstat 1 > "$LOG/vmstat.log" 2>&1 &
