@@ -525,7 +525,7 @@ pub fn run_bench_mount(args: &BenchRemoteArgs) -> CmdResult {
         &format!(
             "hipfs bench mount {} (loopback, {}, server page cache warm, median of {})",
             args.file.display(),
-            crate::bench::remote::loopback_congestion(),
+            crate::bench::lanelike::loopback_congestion(),
             args.repeats
         ),
         &rows,
@@ -569,7 +569,7 @@ pub fn run_bench_userspace(args: &BenchRemoteArgs) -> CmdResult {
         &format!(
             "hipfs bench userspace {} ({what}, loopback, {}, median of {}{})",
             args.file.display(),
-            crate::bench::remote::loopback_congestion(),
+            crate::bench::lanelike::loopback_congestion(),
             args.repeats,
             if args.no_sendfile {
                 ", server staging (no sendfile)"

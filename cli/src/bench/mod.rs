@@ -3,6 +3,7 @@
 //! `remote` (mount and UserspaceFs over loopback) and `transport`.
 
 pub mod gpu;
+pub mod lanelike;
 pub mod meta;
 pub mod read;
 pub mod remote;

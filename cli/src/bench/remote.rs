@@ -11,8 +11,8 @@ use hipfs::remote::mount::{mount_remote, MountOptions};
 use hipfs::remote::proto::{Op, Payload, WireCred, MAX_IO};
 use hipfs::remote::server::{ServeConfig, Server};
 use hipfs::remote::RemoteError;
-use hipfs_rdma::tcp::congestion;
 
+use super::lanelike::LaneLikeListener;
 use super::median;
 
 /// One row of the result table.
@@ -357,28 +357,6 @@ fn loopback_sendfile_ceiling(
     })
 }
 
-/// What loopback lanes and the ceilings run, for a bench table's title:
-/// "TCP cubic, system default bbr" (see `HIPFS_TCP_CONGESTION`).
-pub fn loopback_congestion() -> String {
-    let cc = hipfs::remote::server::tcp_congestion();
-    let lane = std::net::TcpListener::bind("127.0.0.1:0")
-        .ok()
-        .and_then(|l| {
-            congestion::listener(&l, &cc);
-            let c = congestion::connect(l.local_addr().ok()?, LANE_CONNECT, &cc).ok()?;
-            congestion::algorithm(&c)
-        });
-    let name = |n: Option<String>| n.unwrap_or_else(|| "?".into());
-    format!(
-        "TCP {}, system default {}",
-        name(lane),
-        name(congestion::system_default())
-    )
-}
-
-/// How long a ceiling's socket may take to connect.
-const LANE_CONNECT: Duration = Duration::from_secs(10);
-
 /// `size` bytes through `sockets` loopback TCP sockets at once, in GiB/s:
 /// sender `i` runs `send(i, socket)` on its own thread; each receiver reads
 /// into its own `recv_mem` bytes in turn (touched before the clock starts).
@@ -394,28 +372,20 @@ where
     F: Fn(u64, std::net::TcpStream) -> std::io::Result<()> + Clone + Send + 'static,
 {
     let sockets = sockets.max(1);
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    // The congestion control hipfs' lanes get (HIPFS_TCP_CONGESTION), so
-    // that a ceiling runs as the lanes do: where the host's default paces
-    // (BBR), loopback lanes do not, and neither do the ceilings.
-    let cc = hipfs::remote::server::tcp_congestion();
-    congestion::listener(&l, &cc);
+    let l = LaneLikeListener::bind()?;
     // Named apart from the client's and server's threads for thread-cpu.py.
     let writers = (0..sockets as u64)
         .map(|i| {
             let send = send.clone();
-            let cc = cc.clone();
+            let to = l.connector();
             std::thread::Builder::new()
                 .name("ceiling-tx".into())
-                .spawn(move || send(i, congestion::connect(addr, LANE_CONNECT, &cc)?))
+                .spawn(move || send(i, to.connect()?))
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     let mut streams = Vec::with_capacity(sockets);
     for _ in 0..sockets {
-        let (s, _) = l.accept()?;
-        congestion::accepted(&s, &cc);
-        streams.push(s);
+        streams.push(l.accept()?);
     }
     let mut bufs: Vec<Vec<u8>> = (0..sockets).map(|_| vec![1u8; recv_mem]).collect();
     // The timed part is a bench phase of its own (see [`Phase`]).

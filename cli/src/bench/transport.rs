@@ -6,9 +6,9 @@ use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hipfs_rdma::tcp::congestion;
 use hipfs_rdma::{Error, OwnedRegion, Result, TlsConfig, TransportConfig, TransportKind};
 
+use super::lanelike::LaneLikeListener;
 use super::{median, print_table, BenchRow};
 
 /// Which one-sided operation a benchmark drives.
@@ -175,14 +175,10 @@ pub fn run(spec: &BenchSpec) -> Result<BenchResult> {
 /// on another), measured the same way as [`run`].
 pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
     const BUF: usize = 4 << 20;
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let addr = l.local_addr()?;
-    // The lanes' congestion control, so the ceiling runs as they do.
-    let cc = hipfs::remote::server::tcp_congestion();
-    congestion::listener(&l, &cc);
-    let cw = cc.clone();
+    let l = LaneLikeListener::bind()?;
+    let to = l.connector();
     let writer = std::thread::spawn(move || -> Result<()> {
-        let mut s = congestion::connect(addr, Duration::from_secs(10), &cw)?;
+        let mut s = to.connect()?;
         s.set_nodelay(true)?;
         let buf = vec![0x5au8; BUF];
         let mut left = size;
@@ -193,8 +189,7 @@ pub fn plain_socket_copy(size: u64) -> Result<BenchResult> {
         }
         Ok(())
     });
-    let (mut s, _) = l.accept()?;
-    congestion::accepted(&s, &cc);
+    let mut s = l.accept()?;
     let mut buf = vec![0u8; BUF];
     let start = Instant::now();
     let mut got = 0u64;

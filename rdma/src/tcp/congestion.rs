@@ -73,12 +73,14 @@ impl Congestion {
 /// CAP_NET_ADMIN).
 const UNPACED: [&str; 2] = ["cubic", "reno"];
 
-/// Sets the first of `names` the kernel accepts on `s`; whether one was.
-fn set_first(s: SockRef<'_>, names: &[&str], warn: bool) -> bool {
-    for name in names {
+/// Sets on `s` the first algorithm `policy` wants for a lane whose peer
+/// is (or is not) loopback that the kernel accepts; with none accepted the
+/// socket keeps what it has (a refused name the user gave is a warning).
+fn set(s: SockRef<'_>, policy: &Congestion, loopback: bool) {
+    for name in policy.wanted(loopback) {
         match s.set_tcp_congestion(name.as_bytes()) {
-            Ok(()) => return true,
-            Err(e) if warn => {
+            Ok(()) => return,
+            Err(e) if matches!(policy, Congestion::Named(_)) => {
                 log::warn!(
                     "TCP congestion control {name:?} refused ({e}); keeping the system default"
                 )
@@ -86,7 +88,6 @@ fn set_first(s: SockRef<'_>, names: &[&str], warn: bool) -> bool {
             Err(e) => log::debug!("TCP congestion control {name:?} refused ({e})"),
         }
     }
-    false
 }
 
 /// The algorithm `s` runs, as the kernel names it.
@@ -111,12 +112,7 @@ pub fn system_default() -> Option<String> {
 /// `policy` gives a lane to that address, set before the handshake.
 pub fn connect(addr: SocketAddr, timeout: Duration, policy: &Congestion) -> io::Result<TcpStream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    let want = policy.wanted(is_loopback(addr.ip()));
-    set_first(
-        SockRef::from(&s),
-        &want,
-        matches!(policy, Congestion::Named(_)),
-    );
+    set(SockRef::from(&s), policy, is_loopback(addr.ip()));
     s.connect_timeout(&SockAddr::from(addr), timeout)?;
     Ok(s.into())
 }
@@ -125,24 +121,21 @@ pub fn connect(addr: SocketAddr, timeout: Duration, policy: &Congestion) -> io::
 /// algorithm, so under [`Congestion::Auto`] it gets the unpaced one
 /// (connections from other hosts are switched back by [`accepted`]).
 pub fn listener(l: &TcpListener, policy: &Congestion) {
-    set_first(
-        SockRef::from(l),
-        &policy.wanted(true),
-        matches!(policy, Congestion::Named(_)),
-    );
+    set(SockRef::from(l), policy, true);
 }
 
 /// Finishes an accepted connection of a listener prepared by [`listener`]:
 /// under [`Congestion::Auto`] one from another host gets the system
-/// default. Returns the algorithm it runs.
-pub fn accepted(s: &TcpStream, policy: &Congestion) -> Option<String> {
+/// default (switching *to* BBR after the handshake takes full effect).
+pub fn accepted(s: &TcpStream, policy: &Congestion) {
     let remote = s.peer_addr().is_ok_and(|a| !is_loopback(a.ip()));
     if *policy == Congestion::Auto && remote {
         if let Some(name) = system_default() {
-            set_first(SockRef::from(s), &[name.as_str()], true);
+            if let Err(e) = SockRef::from(s).set_tcp_congestion(name.as_bytes()) {
+                log::warn!("TCP congestion control {name:?} (the system default) refused ({e})");
+            }
         }
     }
-    algorithm(s)
 }
 
 /// Whether `ip` is this host's loopback (IPv4, IPv6 or IPv4-mapped IPv6).
@@ -189,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn both_ends_of_a_loopback_lane_run_an_algorithm_that_does_not_pace() {
+    fn both_ends_of_a_loopback_lane_run_cubic_or_reno() {
         let (c, a) = lane("127.0.0.1".parse().unwrap(), &Congestion::Auto);
         for s in [&c, &a] {
             let got = algorithm(s).expect("the kernel names the algorithm");
