@@ -42,6 +42,52 @@ fn ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `umount PATH`, run again while it finds the mount busy: a child that
+/// another test has forked but not yet exec'd holds copies of this
+/// process's descriptors, possibly of a file this test just closed on the
+/// mount (seen on a 2-vCPU host under load: "target is busy" right after
+/// the last read).
+fn umount(p: &Path) {
+    let t = Instant::now();
+    loop {
+        let out = Command::new("umount").arg(p).output().unwrap();
+        if out.status.success() {
+            return;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("busy") && t.elapsed() < Duration::from_secs(10),
+            "umount {}: {err}",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A mount point that is unmounted (lazily) when dropped, should the test
+/// fail before it unmounts: a mount left behind by a failed test, with its
+/// servers gone, hangs anything that later stats the entries of /tmp
+/// (`getcwd`'s fallback beyond PATH_MAX does, in remote_conformance).
+struct MountDir(tempfile::TempDir);
+
+impl MountDir {
+    fn new() -> MountDir {
+        MountDir(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for MountDir {
+    fn drop(&mut self) {
+        if mounted(self.path()) {
+            let _ = hipfs_fusefs::unmount_path(self.path());
+        }
+    }
+}
+
 fn start_server(dir: &Path) -> Server {
     let mut cfg = ServeConfig::new(dir, "127.0.0.1:0");
     cfg.transport = hipfs_rdma::TransportKind::Tcp;
@@ -56,7 +102,7 @@ fn start_server(dir: &Path) -> Server {
 fn hipfs_mount_daemonizes_once_mounted_and_hipfs_umount_removes_it() {
     require_fuse!();
     let export = tempfile::tempdir().unwrap();
-    let mnt = tempfile::tempdir().unwrap();
+    let mnt = MountDir::new();
     fs::write(export.path().join("hello"), b"hi there").unwrap();
     let server = start_server(export.path());
     ok(Command::new(hipfs_bin())
@@ -84,7 +130,7 @@ fn hipfs_mount_daemonizes_once_mounted_and_hipfs_umount_removes_it() {
 )]
 fn hipfs_mount_reports_an_unreachable_server_and_a_bad_option_and_exits_nonzero() {
     require_fuse!();
-    let mnt = tempfile::tempdir().unwrap();
+    let mnt = MountDir::new();
     // Nothing listens on port 1.
     let port = 1;
     let out = Command::new(hipfs_bin())
@@ -118,7 +164,7 @@ fn hipfs_mount_reports_an_unreachable_server_and_a_bad_option_and_exits_nonzero(
 fn hipfs_mount_local_serves_a_directory_in_process() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let mnt = tempfile::tempdir().unwrap();
+    let mnt = MountDir::new();
     fs::create_dir(dir.path().join("sub")).unwrap();
     fs::write(dir.path().join("sub/f"), b"local data").unwrap();
     ok(Command::new(hipfs_bin())
@@ -130,7 +176,7 @@ fn hipfs_mount_local_serves_a_directory_in_process() {
     assert_eq!(fs::read(mnt.path().join("sub/f")).unwrap(), b"local data");
     fs::write(mnt.path().join("new"), b"written").unwrap();
     assert_eq!(fs::read(dir.path().join("new")).unwrap(), b"written");
-    ok(Command::new("umount").arg(mnt.path()));
+    umount(mnt.path());
     wait_unmounted(mnt.path());
 }
 
@@ -146,7 +192,7 @@ fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
     // FUSE tests run as root (hipfs_fuse), which mount(2) without a helper needs.
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
-    let mnt = tempfile::tempdir().unwrap();
+    let mnt = MountDir::new();
     fs::write(dir.path().join("f"), b"no helper").unwrap();
     let out = Command::new(hipfs_bin())
         .args(["mount", "--local"])
@@ -169,12 +215,12 @@ fn hipfs_mount_works_as_root_without_any_fusermount_helper() {
 
 /// The helper installed where mount(8) looks for it (the test fails when
 /// another program sits there), and a fresh export and mount point.
-fn helper_installed_and_dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+fn helper_installed_and_dirs() -> (tempfile::TempDir, MountDir) {
     assert!(
         install_helper(),
         "/sbin/mount.fuse.hipfs exists and is not a hipfs checkout's helper; move it away to run this test"
     );
-    (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap())
+    (tempfile::tempdir().unwrap(), MountDir::new())
 }
 
 /// Puts the helper where mount(8) looks for it; false when another program
@@ -222,7 +268,7 @@ fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
             .any(|l| l.contains(&mnt.path().display().to_string()) && l.contains("fuse.hipfs")),
         "{table}"
     );
-    ok(Command::new("umount").arg(mnt.path()));
+    umount(mnt.path());
     wait_unmounted(mnt.path());
     // The same through an fstab file.
     let fstab = tempfile::NamedTempFile::new().unwrap();
@@ -242,7 +288,7 @@ fn mount_t_fuse_hipfs_and_an_fstab_line_mount_through_the_helper() {
     assert!(mounted(mnt.path()));
     fs::write(mnt.path().join("from-fstab"), b"rw").unwrap();
     assert_eq!(fs::read(export.path().join("from-fstab")).unwrap(), b"rw");
-    ok(Command::new("umount").arg(mnt.path()));
+    umount(mnt.path());
     wait_unmounted(mnt.path());
     server.shutdown(Duration::from_secs(1));
 }
@@ -269,7 +315,7 @@ fn mount_t_fuse_hipfs_takes_a_multi_server_source_and_spreads_reads() {
     assert!(fs::read(mnt.path().join("data")).unwrap() == data);
     let stats = hipfs_cli::remote_cmds::mount_stats(mnt.path()).unwrap();
     assert!(stats.contains("spread reads over 3 servers"), "{stats}");
-    ok(Command::new("umount").arg(mnt.path()));
+    umount(mnt.path());
     wait_unmounted(mnt.path());
     for s in servers {
         s.shutdown(Duration::from_secs(1));
@@ -330,7 +376,7 @@ fn hipfs_umount_refuses_a_tmpfs_and_leaves_it_mounted() {
     let still_mounted = mounted(dir.path());
     // Clean up before asserting, so a failure leaves no mount behind.
     if still_mounted {
-        ok(Command::new("umount").arg(dir.path()));
+        umount(dir.path());
     }
     assert!(!out.status.success(), "hipfs umount of a tmpfs succeeded");
     assert!(stderr.contains("not a hipfs mount"), "{stderr}");

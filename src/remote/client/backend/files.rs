@@ -41,10 +41,37 @@ pub(super) struct OpenFile {
 /// A request after a pause (a new system call) fails after `timeout=S`.
 pub(super) const MID_STREAM_GAP: Duration = Duration::from_millis(50);
 
+/// The same for a request that starts exactly where the caller's last one
+/// ended, as each piece of a split system call does: on a loaded host the
+/// caller may take longer than [`MID_STREAM_GAP`] to be scheduled and send
+/// the next piece (seen with 2 vCPUs busier than they have cores: a
+/// `direct_io` read came back short, its second piece failed as if new).
+/// A sequential reader's next system call within this time waits as a
+/// continuation too; one after a longer pause fails after `timeout=S`.
+pub(super) const CONTIGUOUS_GAP: Duration = Duration::from_millis(500);
+
+/// A handle's last successful read or write: by whom, when, and where it
+/// ended.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Progress {
+    pid: u32,
+    at: Instant,
+    end: u64,
+}
+
+impl Progress {
+    /// Whether a request by `pid` at `offset`, made `now`, continues the
+    /// system call this progress was part of.
+    fn continued_by(&self, pid: u32, offset: u64, now: Instant) -> bool {
+        let gap = now.saturating_duration_since(self.at);
+        self.pid == pid && (gap < MID_STREAM_GAP || (offset == self.end && gap < CONTIGUOUS_GAP))
+    }
+}
+
 impl RemoteFs {
-    /// Whether a read or write of `fh` by the current FUSE caller continues
-    /// one that just succeeded (see [`MID_STREAM_GAP`]).
-    fn mid_stream(&self, fh: u64) -> bool {
+    /// Whether a read or write of `fh` at `offset` by the current FUSE
+    /// caller continues one that just succeeded (see [`MID_STREAM_GAP`]).
+    fn mid_stream(&self, fh: u64, offset: u64) -> bool {
         let Some(pid) = hipfs_fusefs::caller_pid() else {
             return false;
         };
@@ -52,16 +79,18 @@ impl RemoteFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh)
-            .is_some_and(|(p, at)| *p == pid && at.elapsed() < MID_STREAM_GAP)
+            .is_some_and(|p| p.continued_by(pid, offset, Instant::now()))
     }
 
-    /// Notes that the current FUSE caller's read or write of `fh` succeeded.
-    fn note_progress(&self, fh: u64) {
+    /// Notes that the current FUSE caller's read or write of `fh` succeeded
+    /// up to `end`.
+    fn note_progress(&self, fh: u64, end: u64) {
         if let Some(pid) = hipfs_fusefs::caller_pid() {
+            let at = Instant::now();
             self.streams
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .insert(fh, (pid, Instant::now()));
+                .insert(fh, Progress { pid, at, end });
         }
     }
 
@@ -286,11 +315,15 @@ impl RemoteFs {
                 }
             }
         }
-        let r = self.client.within(None, self.mid_stream(fh), false, || {
-            self.read_once(fh, offset, size, cred)
-        });
-        if matches!(&r, Ok(d) if !d.is_empty()) {
-            self.note_progress(fh);
+        let r = self
+            .client
+            .within(None, self.mid_stream(fh, offset), false, || {
+                self.read_once(fh, offset, size, cred)
+            });
+        if let Ok(d) = &r {
+            if !d.is_empty() {
+                self.note_progress(fh, offset + d.len() as u64);
+            }
         }
         r
     }
@@ -358,11 +391,13 @@ impl RemoteFs {
         let positional = self.file(fh)?.flags & libc::O_APPEND == 0;
         let r = self
             .client
-            .within(None, self.mid_stream(fh), positional, || {
+            .within(None, self.mid_stream(fh, offset), positional, || {
                 self.write_chunks(fh, offset, data, cred)
             });
-        if matches!(r, Ok(n) if n > 0) {
-            self.note_progress(fh);
+        if let Ok(n) = r {
+            if n > 0 {
+                self.note_progress(fh, offset + n as u64);
+            }
         }
         r
     }
@@ -490,5 +525,38 @@ impl ReadTarget {
                 out
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(end: u64) -> (Progress, Instant) {
+        let at = Instant::now();
+        (Progress { pid: 7, at, end }, at)
+    }
+
+    #[test]
+    fn any_request_by_the_caller_right_after_its_success_continues_it() {
+        let (p, at) = progress(4096);
+        let soon = at + MID_STREAM_GAP / 2;
+        assert!(p.continued_by(7, 4096, soon));
+        assert!(p.continued_by(7, 0, soon), "any offset, this close");
+        assert!(!p.continued_by(8, 4096, soon), "another caller");
+    }
+
+    #[test]
+    fn a_request_where_the_last_ended_continues_it_after_a_longer_delay() {
+        let (p, at) = progress(3 << 20);
+        let late = at + MID_STREAM_GAP * 4;
+        assert!(late - at < CONTIGUOUS_GAP);
+        assert!(p.continued_by(7, 3 << 20, late), "the next piece, late");
+        assert!(!p.continued_by(7, 0, late), "elsewhere, late");
+        assert!(!p.continued_by(8, 3 << 20, late), "another caller");
+        assert!(
+            !p.continued_by(7, 3 << 20, at + CONTIGUOUS_GAP),
+            "after a pause it is a new system call"
+        );
     }
 }

@@ -69,9 +69,9 @@ pub struct RemoteFs {
     no_hold: bool,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
-    /// Open handle → (caller pid, when its last read or write succeeded):
-    /// see [`files::MID_STREAM_GAP`].
-    streams: Mutex<HashMap<u64, (u32, Instant)>>,
+    /// Open handle → its last successful read or write (caller, time,
+    /// end): see [`files::MID_STREAM_GAP`].
+    streams: Mutex<HashMap<u64, files::Progress>>,
     /// Files handed to the direct path, by the kind of handle that asked.
     direct: DirectCounters,
     /// The whole contents small files were opened with, by handle ([`head`]).
