@@ -82,6 +82,19 @@ impl RemoteFs {
             .is_some_and(|p| p.continued_by(pid, offset, Instant::now()))
     }
 
+    /// Whether a read or write of `fh` by the current FUSE caller
+    /// succeeded after `since` (a sibling request of the same system call).
+    fn progressed_since(&self, fh: u64, since: Instant) -> bool {
+        let Some(pid) = hipfs_fusefs::caller_pid() else {
+            return false;
+        };
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .is_some_and(|p| p.pid == pid && p.at > since)
+    }
+
     /// Notes that the current FUSE caller's read or write of `fh` succeeded
     /// up to `end`.
     fn note_progress(&self, fh: u64, end: u64) {
@@ -315,11 +328,21 @@ impl RemoteFs {
                 }
             }
         }
-        let r = self
+        let started = Instant::now();
+        let mut r = self
             .client
             .within(None, self.mid_stream(fh, offset), false, || {
                 self.read_once(fh, offset, size, cred)
             });
+        // Page-cache reads send several requests of one system call at
+        // once (readahead): one that timed out while a sibling succeeded
+        // would make the kernel return the sibling's bytes as a short
+        // count. It is asked again, as a continuation.
+        if matches!(r, Err(e) if e == Errno::ETIMEDOUT) && self.progressed_since(fh, started) {
+            r = self
+                .client
+                .within(None, true, false, || self.read_once(fh, offset, size, cred));
+        }
         if let Ok(d) = &r {
             if !d.is_empty() {
                 self.note_progress(fh, offset + d.len() as u64);
