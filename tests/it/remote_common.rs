@@ -136,13 +136,14 @@ pub fn close(fd: i32) {
 
 pub use crate::common::pattern;
 
-/// Waits until a pass of `walk` asks the server nothing (notices of the
-/// export's own changes and fetches ahead have settled); panics after 10 s.
+/// Waits until 100 ms and then a pass of `walk` ask the server nothing
+/// (notices of the export's own changes and fetches ahead have settled:
+/// the requests they make in the background count too); panics after 10 s.
 pub fn settled(f: &Fixture, walk: impl Fn()) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        std::thread::sleep(Duration::from_millis(100));
         let before = f.requests();
+        std::thread::sleep(Duration::from_millis(100));
         walk();
         if f.requests() == before {
             return;

@@ -211,14 +211,26 @@ fn missing_names_in_a_directory_made_here_cost_no_round_trip_and_others_names_ap
     require_fuse!();
     let f = Fixture::new();
     fs::create_dir(f.m("new")).unwrap();
-    // Let the notice of the mkdir itself arrive.
-    std::thread::sleep(Duration::from_millis(200));
-    let before = f.requests();
-    for i in 0..20 {
-        assert!(!f.m(&format!("new/m{i}")).exists());
+    // The notice of the mkdir itself may arrive during a pass (its moment
+    // is the server's; seen later than 200 ms on a loaded host) and make
+    // the mount ask again: a pass after it asks at most twice. Each pass
+    // looks up names of its own (the kernel remembers the missing ones).
+    let mut asked = Vec::new();
+    for pass in 0..5 {
+        std::thread::sleep(Duration::from_millis(200));
+        let before = f.requests();
+        for i in 0..20 {
+            assert!(!f.m(&format!("new/m{pass}-{i}")).exists());
+        }
+        asked.push(f.requests() - before);
+        if asked[pass] <= 2 {
+            break;
+        }
     }
-    let asked = f.requests() - before;
-    assert!(asked <= 2, "{asked} requests for 20 missing names");
+    assert!(
+        asked.last().is_some_and(|&n| n <= 2),
+        "requests for 20 missing names, pass by pass: {asked:?}"
+    );
 
     // Made here: found (and its contents read back).
     fs::write(f.m("new/mine"), b"1").unwrap();
