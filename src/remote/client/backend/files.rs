@@ -69,30 +69,30 @@ impl Progress {
 }
 
 impl RemoteFs {
+    /// The current FUSE caller's pid and the last successful read or
+    /// write of `fh` (by whichever caller).
+    fn last_progress(&self, fh: u64) -> Option<(u32, Progress)> {
+        let pid = hipfs_fusefs::caller_pid()?;
+        let last = *self
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)?;
+        Some((pid, last))
+    }
+
     /// Whether a read or write of `fh` at `offset` by the current FUSE
     /// caller continues one that just succeeded (see [`MID_STREAM_GAP`]).
     fn mid_stream(&self, fh: u64, offset: u64) -> bool {
-        let Some(pid) = hipfs_fusefs::caller_pid() else {
-            return false;
-        };
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh)
-            .is_some_and(|p| p.continued_by(pid, offset, Instant::now()))
+        self.last_progress(fh)
+            .is_some_and(|(pid, last)| last.continued_by(pid, offset, Instant::now()))
     }
 
     /// Whether a read or write of `fh` by the current FUSE caller
     /// succeeded after `since` (a sibling request of the same system call).
     fn progressed_since(&self, fh: u64, since: Instant) -> bool {
-        let Some(pid) = hipfs_fusefs::caller_pid() else {
-            return false;
-        };
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh)
-            .is_some_and(|p| p.pid == pid && p.at > since)
+        self.last_progress(fh)
+            .is_some_and(|(pid, last)| last.pid == pid && last.at > since)
     }
 
     /// Notes that the current FUSE caller's read or write of `fh` succeeded
