@@ -48,7 +48,7 @@ pub(super) const MID_STREAM_GAP: Duration = Duration::from_millis(50);
 /// `direct_io` read came back short, its second piece failed as if new).
 /// A sequential reader's next system call within this time waits as a
 /// continuation too; one after a longer pause fails after `timeout=S`.
-pub(super) const CONTIGUOUS_GAP: Duration = Duration::from_millis(500);
+const CONTIGUOUS_GAP: Duration = Duration::from_millis(500);
 
 /// A handle's last successful read or write: by whom, when, and where it
 /// ended.
@@ -337,7 +337,11 @@ impl RemoteFs {
         // Page-cache reads send several requests of one system call at
         // once (readahead): one that timed out while a sibling succeeded
         // would make the kernel return the sibling's bytes as a short
-        // count. It is asked again, as a continuation.
+        // count. It is asked again, as a continuation: the server then
+        // reads the range twice (the first answer, if it comes, is
+        // dropped), a cost paid only when a server stalls past the timeout.
+        // Patience is otherwise decided when a request starts
+        // (`Scope::patient`), before a sibling's success can be known.
         if matches!(r, Err(e) if e == Errno::ETIMEDOUT) && self.progressed_since(fh, started) {
             r = self
                 .client
